@@ -1,0 +1,31 @@
+# The two commands of the README: `make demo` and `make test`.
+# Each creates .venv on first use and installs what it needs into it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench plan-example clean
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null 2>&1 || { echo "installing Java 17 for PySpark"; \
+	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[broker,spark,test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m app.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+plan-example: $(STAMP)
+	$(BIN)/python -m assignor plan --summary docs/examples/scenario.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

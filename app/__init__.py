@@ -1,0 +1,1 @@
+"""The reference ad join app: `faust -A app worker`."""

