@@ -81,7 +81,8 @@ class EmbeddedBroker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
-                raise BrokerError(f"tansu exited with {self._process.returncode}; see {self.log_path}")
+                code = self._process.returncode
+                raise BrokerError(f"tansu exited with {code}; see {self.log_path}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return

@@ -1,0 +1,67 @@
+"""Decoding and validation of the join's input records (docs/join-semantics.md).
+
+One function decides what is a bad record, so the stream (which sends it to
+the dead-letter topic) and the Spark batch twin (which skips it) agree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Side = Literal["left", "right"]
+
+MAX_VALUE_BYTES = 64 * 1024
+MAX_PAST_MS = 7 * 24 * 3600 * 1000
+MAX_FUTURE_MS = 24 * 3600 * 1000
+
+# Required fields and their types, per side (left = impressions, right = clicks).
+FIELDS: dict[str, dict[str, type]] = {
+    "left": {"event_id": str, "auction_id": str, "campaign_id": str, "ts": int},
+    "right": {"event_id": str, "auction_id": str, "ts": int},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record that cannot be joined, and why."""
+
+    reason: str
+
+
+def validate(
+    side: Side, key: bytes | None, value: bytes | None, now_ms: int | None
+) -> dict[str, Any] | Rejected:
+    """The decoded record, or why it is rejected.
+
+    `now_ms` is the wall clock used to reject timestamps far in the past or
+    future; None skips that check (a backfill over old data).
+    """
+    if value is None:
+        return Rejected("null value")
+    if len(value) > MAX_VALUE_BYTES:
+        return Rejected(f"value of {len(value)} bytes exceeds {MAX_VALUE_BYTES}")
+    try:
+        record = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return Rejected(f"malformed JSON: {exc.__class__.__name__}")
+    if not isinstance(record, dict):
+        return Rejected(f"value is a JSON {type(record).__name__}, not an object")
+    for field, kind in FIELDS[side].items():
+        if field not in record or record[field] is None:
+            return Rejected(f"missing or null field {field!r}")
+        found = record[field]
+        # bool is an int in Python; a boolean timestamp is still a wrong type.
+        if not isinstance(found, kind) or isinstance(found, bool):
+            return Rejected(f"field {field!r} is {type(found).__name__}, expected {kind.__name__}")
+    if not record["auction_id"]:
+        return Rejected("empty auction_id")
+    if key is not None and key.decode("utf-8", "replace") != record["auction_id"]:
+        return Rejected("key does not match auction_id")
+    if now_ms is not None:
+        if record["ts"] < now_ms - MAX_PAST_MS:
+            return Rejected("timestamp more than 7 days in the past")
+        if record["ts"] > now_ms + MAX_FUTURE_MS:
+            return Rejected("timestamp more than 1 day in the future")
+    return {field: record[field] for field in FIELDS[side]}
