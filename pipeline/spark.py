@@ -1,0 +1,59 @@
+"""One way to build a SparkSession for the pipeline jobs (see /work/shared/spark-notes.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Serial GC and the C1 compiler only: a short-lived local JVM starts seconds faster.
+FAST_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
+def _python_env() -> None:
+    """Workers must run this interpreter and import this repository's packages."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(REPO_ROOT) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *paths])
+
+
+def session(
+    master: str = "local[*]",
+    app_name: str = "tandem-pipeline",
+    shuffle_partitions: int | None = None,
+    ui: bool = False,
+    conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession set up for this machine, with the topic data source registered."""
+    _python_env()
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", str(ui).lower())
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", FAST_JVM)
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if shuffle_partitions is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    from pipeline.source import TopicDataSource
+
+    spark.dataSource.register(TopicDataSource)
+    return spark
