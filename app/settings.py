@@ -1,0 +1,88 @@
+"""The worker's settings, read from the environment (one process = one worker).
+
+Defaults suit real Kafka on localhost; the demo and the tests set the fast
+group timings the embedded broker needs (docs/embedded-broker.md).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default) or default
+
+
+def _int(name: str, default: int) -> int:
+    return int(_env(name, str(default)))
+
+
+@dataclass(frozen=True)
+class Settings:
+    broker: str
+    app_id: str
+    data_dir: Path
+    web_port: int
+    web_bind: str
+    standby_replicas: int
+    worker: str
+    host: str
+    rack: str
+    partitions: int
+    replication_factor: int
+    session_timeout_ms: int
+    heartbeat_ms: int
+    request_timeout_ms: int
+    topic_prefix: str
+    assignor: str
+
+    @property
+    def impressions(self) -> str:
+        return f"{self.topic_prefix}impressions"
+
+    @property
+    def clicks(self) -> str:
+        return f"{self.topic_prefix}clicks"
+
+    @property
+    def joins(self) -> str:
+        return f"{self.topic_prefix}ad-joins"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.topic_prefix}ad-dead-letters"
+
+    @property
+    def changelog(self) -> str:
+        # Per app id like Faust's own changelogs: a fresh app id starts fresh state.
+        return f"{self.app_id}-join-state-changelog"
+
+    def topics(self) -> list[str]:
+        """Every topic the join needs, all created with the same partition count."""
+        return [self.impressions, self.clicks, self.joins, self.dead_letters, self.changelog]
+
+
+def from_env() -> Settings:
+    host = _env("TANDEM_HOST", socket.gethostname())
+    app_id = _env("TANDEM_APP_ID", "tandem-ad-join")
+    return Settings(
+        broker=_env("TANDEM_BROKER", "kafka://127.0.0.1:9092"),
+        app_id=app_id,
+        data_dir=Path(_env("TANDEM_DATA_DIR", f"data/{app_id}/{host}")),
+        web_port=_int("TANDEM_WEB_PORT", 6066),
+        web_bind=_env("TANDEM_WEB_BIND", "127.0.0.1"),
+        standby_replicas=_int("TANDEM_STANDBY_REPLICAS", 1),
+        worker=_env("TANDEM_WORKER", host),
+        host=host,
+        rack=_env("TANDEM_RACK", "default"),
+        partitions=_int("TANDEM_PARTITIONS", 6),
+        replication_factor=_int("TANDEM_REPLICATION_FACTOR", 1),
+        session_timeout_ms=_int("TANDEM_SESSION_TIMEOUT_MS", 10000),
+        heartbeat_ms=_int("TANDEM_HEARTBEAT_MS", 1000),
+        request_timeout_ms=_int("TANDEM_REQUEST_TIMEOUT_MS", 30000),
+        topic_prefix=_env("TANDEM_TOPIC_PREFIX", ""),
+        assignor=_env("TANDEM_ASSIGNOR", "tandem"),
+    )

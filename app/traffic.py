@@ -1,0 +1,104 @@
+"""Synthetic ad traffic for the demo, the tests and the benchmark.
+
+Impressions keyed by auction id; a share of them get a click a little later
+(within the join window); a few records are malformed (dead letters) and a few
+are delivered twice (the join must ignore them). `expected` is what the join
+must produce: one join id per clicked auction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaProducer
+
+
+@dataclass
+class Traffic:
+    impressions_topic: str
+    clicks_topic: str
+    run: str = "t"
+    click_ratio: float = 0.5
+    bad_every: int = 50
+    duplicate_every: int = 40
+    campaigns: int = 5
+    seed: int = 7
+    sent: int = 0
+    bad: int = 0
+    expected: set[str] = field(default_factory=set)
+    _pending: list[tuple[str, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+
+    def _impression(self, i: int, now: int) -> tuple[str, str, dict[str, object]]:
+        auction = f"{self.run}-a{i}"
+        record = {
+            "event_id": f"{self.run}-i{i}",
+            "auction_id": auction,
+            "campaign_id": f"campaign-{i % self.campaigns}",
+            "ts": now,
+        }
+        if self._random.random() < self.click_ratio:
+            self._pending.append((auction, now + self._random.randint(1, 5000)))
+            self.expected.add(f"{self.run}-i{i}|{self.run}-c{i}")
+        return self.impressions_topic, auction, record
+
+    def batch(self, i: int) -> list[tuple[str, str, bytes]]:
+        """Records to send for step `i`: an impression, maybe an earlier auction's click."""
+        now = int(time.time() * 1000)
+        topic, key, record = self._impression(i, now)
+        out = [(topic, key, json.dumps(record).encode())]
+        if self._pending and (len(self._pending) > 5 or self._random.random() < 0.3):
+            auction, ts = self._pending.pop(0)
+            n = auction.rsplit("-a", 1)[1]
+            click = {"event_id": f"{self.run}-c{n}", "auction_id": auction, "ts": ts}
+            out.append((self.clicks_topic, auction, json.dumps(click).encode()))
+        if self.duplicate_every and i % self.duplicate_every == 0:
+            out.append(out[-1])
+        if self.bad_every and i % self.bad_every == self.bad_every - 1:
+            out.append((self.impressions_topic, f"{self.run}-bad{i}", b"{not json"))
+            self.bad += 1
+        return out
+
+    def flush_clicks(self) -> list[tuple[str, str, bytes]]:
+        """The clicks still pending (send at the end so every expected join can happen)."""
+        out = []
+        for auction, ts in self._pending:
+            n = auction.rsplit("-a", 1)[1]
+            click = {"event_id": f"{self.run}-c{n}", "auction_id": auction, "ts": ts}
+            out.append((self.clicks_topic, auction, json.dumps(click).encode()))
+        self._pending.clear()
+        return out
+
+
+async def send_all(producer: AIOKafkaProducer, records: list[tuple[str, str, bytes]]) -> None:
+    for topic, key, value in records:
+        await producer.send(topic, value, key=key.encode())
+
+
+async def run_traffic(
+    bootstrap: str, traffic: Traffic, rate: float, stop: asyncio.Event, limit: int | None = None
+) -> Traffic:
+    """Send about `rate` impressions a second until `stop` is set (or `limit` is reached)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        i = 0
+        started = time.monotonic()
+        while not stop.is_set() and (limit is None or i < limit):
+            await send_all(producer, traffic.batch(i))
+            i += 1
+            traffic.sent = i
+            delay = started + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await send_all(producer, traffic.flush_clicks())
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return traffic

@@ -1,0 +1,227 @@
+"""The Faust app: agents, dead letters, output, rebalance hooks and the web view."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import faust
+from faust.types import TP
+from faust.web import Request, Response, View
+
+from app.settings import Settings
+from app.state import StateManager
+from app.view import render_html
+from tables.records import Rejected, validate
+
+
+class Worker:
+    """One worker's join: owns the state manager and the counters the view shows."""
+
+    def __init__(self, app: faust.App, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        self.state = StateManager(
+            _bootstrap(settings.broker), settings.changelog, settings.data_dir, self._send
+        )
+        self.started = False
+        self.processed: dict[int, int] = {}  # partition -> last input offset, both sides
+        self.positions: dict[TP, int] = {}
+        self.dead_letters = 0
+        self.outputs = 0
+        self.rebalances = 0
+
+    async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> int:
+        metadata = await self.app.producer.send_and_wait(topic, key, value, partition, None, None)
+        return int(metadata.offset)
+
+    async def ensure_started(self) -> None:
+        if not self.started:
+            self.started = True
+            await self.state.start()
+
+    async def handle(self, message: Any) -> None:
+        """One input record: dead letter, or join; output before changelog (at-least-once)."""
+        side = "left" if message.topic == self.settings.impressions else "right"
+        self.positions[TP(message.topic, message.partition)] = message.offset
+        checked = validate(side, message.key, message.value, int(time.time() * 1000))
+        if isinstance(checked, Rejected):
+            await self._dead_letter(message, checked.reason)
+            return
+        await self.ensure_started()
+        await self.state.operator(message.partition)
+        await self.state.record(message.partition, side, checked, self._emit)
+
+    async def _emit(self, results: list[dict[str, Any]]) -> None:
+        # Awaited before the changelog write: a crash in between replays the input,
+        # which re-emits the same join_id (a duplicate, never a loss).
+        for result in results:
+            await self.app.producer.send_and_wait(
+                self.settings.joins,
+                result["auction_id"].encode(),
+                json.dumps(result).encode(),
+                None,
+                None,
+                [("tandem-worker", self.settings.worker.encode())],
+            )
+        self.outputs += len(results)
+
+    async def _dead_letter(self, message: Any, reason: str) -> None:
+        value = message.value or b""
+        letter = {
+            "topic": message.topic,
+            "partition": message.partition,
+            "offset": message.offset,
+            "reason": reason,
+            "key": None if message.key is None else message.key.decode("utf-8", "replace"),
+            "value": value.decode("utf-8", "replace"),
+        }
+        await self.app.producer.send_and_wait(
+            self.settings.dead_letters, message.key, json.dumps(letter).encode(), None, None, None
+        )
+        self.dead_letters += 1
+
+    async def on_assigned(self, assigned: set[TP]) -> None:
+        await self.ensure_started()
+        self.rebalances += 1
+        topic = self.settings.impressions
+        active = {tp.partition for tp in assigned if tp.topic == topic}
+        standby = {tp.partition for tp in self.app.assignor.assigned_standbys() if tp.topic == topic}
+        self.state.on_assignment(active, standby)
+
+    def view(self) -> dict[str, Any]:
+        """This worker's view of the group (JSON of /tandem/)."""
+        state = self.state
+        stats = _campaigns(state)
+        return {
+            "worker": self.settings.worker,
+            "host": self.settings.host,
+            "rack": self.settings.rack,
+            "app_id": self.settings.app_id,
+            "url": str(self.app.conf.canonical_url),
+            "assignor": self.settings.assignor,
+            "actives": sorted(state.active),
+            "standbys": sorted(state.standby),
+            "wire": _wire(self.app),
+            "lag": {str(p): self._lag(p) for p in sorted(state.active)},
+            "standby_lag": {str(p): state.lag(p) for p in sorted(state.standby)},
+            "joined": {str(p): s.joined for p, s in sorted(state.states.items()) if p in state.active},
+            "outputs": self.outputs,
+            "dead_letters": self.dead_letters,
+            "late": sum(s.join.late for p, s in state.states.items() if p in state.active),
+            "replayed_total": state.total_replayed,
+            "rebalances": self.rebalances,
+            "last_rebalance": state.rebalance.as_dict(),
+            "campaigns": stats,
+        }
+
+    def _lag(self, partition: int) -> int | None:
+        total = 0
+        for topic in (self.settings.impressions, self.settings.clicks):
+            tp = TP(topic, partition)
+            try:
+                high = self.app.consumer.highwater(tp)
+            except (AssertionError, KeyError):
+                return None
+            if high is None:
+                return None
+            total += max(0, high - 1 - self.positions.get(tp, -1))
+        return total
+
+
+def _bootstrap(url: str) -> str:
+    """kafka://h1:9092;h2:9092 -> h1:9092,h2:9092 for aiokafka."""
+    return ",".join(part.split("://", 1)[-1] for part in url.replace(";", ",").split(","))
+
+
+def _wire(app: faust.App) -> dict[str, list[int]]:
+    """The Kafka-protocol assignment this member holds, by topic."""
+    wire: dict[str, list[int]] = {}
+    try:
+        tps = app.consumer.assignment()
+    except Exception:  # not started yet
+        return wire
+    for tp in tps:
+        wire.setdefault(tp.topic, []).append(tp.partition)
+    return {topic: sorted(parts) for topic, parts in sorted(wire.items())}
+
+
+def _campaigns(state: StateManager) -> dict[str, dict[str, float]]:
+    """Per-campaign impressions, joined clicks and click-through over this worker's actives."""
+    impressions: dict[str, int] = {}
+    clicks: dict[str, int] = {}
+    for partition, part in state.states.items():
+        if partition not in state.active:
+            continue
+        for campaign, n in part.stats.impressions.items():
+            impressions[campaign] = impressions.get(campaign, 0) + n
+        for campaign, n in part.stats.clicks.items():
+            clicks[campaign] = clicks.get(campaign, 0) + n
+    return {
+        c: {"impressions": n, "clicks": clicks.get(c, 0), "ctr": round(clicks.get(c, 0) / n, 4)}
+        for c, n in sorted(impressions.items())
+    }
+
+
+def build(settings: Settings) -> faust.App:
+    """The Faust app configured from `settings` (see app/settings.py)."""
+    app = faust.App(settings.app_id, **_faust_settings(settings))
+    worker = Worker(app, settings)
+    app.tandem = worker  # type: ignore[attr-defined]
+    _register(app, worker, settings)
+    return app
+
+
+def _faust_settings(settings: Settings) -> dict[str, Any]:
+    url_host = "127.0.0.1" if settings.web_bind in ("127.0.0.1", "0.0.0.0") else settings.web_bind
+    return {
+        "broker": settings.broker,
+        "datadir": str(settings.data_dir / "faust"),
+        "web_port": settings.web_port,
+        "web_bind": settings.web_bind,
+        "canonical_url": f"http://{url_host}:{settings.web_port}",
+        "table_standby_replicas": settings.standby_replicas,
+        "topic_partitions": settings.partitions,
+        "topic_replication_factor": settings.replication_factor,
+        "broker_session_timeout": settings.session_timeout_ms / 1000,
+        "broker_heartbeat_interval": settings.heartbeat_ms / 1000,
+        "broker_request_timeout": settings.request_timeout_ms / 1000,
+        "consumer_auto_offset_reset": "earliest",
+        # No transactions on the embedded broker (docs/embedded-broker.md).
+        "processing_guarantee": "at_least_once",
+        "broker_commit_interval": 1.0,
+        "web_in_thread": False,
+    }
+
+
+def _register(app: faust.App, worker: Worker, settings: Settings) -> None:
+    inputs = app.topic(
+        settings.impressions, settings.clicks, key_serializer="raw", value_serializer="raw"
+    )
+
+    @app.agent(inputs, name="ad-join")
+    async def join(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            await worker.handle(event.message)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender: faust.App, revoked: set[TP], **kwargs: Any) -> None:
+        worker.state.rebalance_started()
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender: faust.App, assigned: set[TP], **kwargs: Any) -> None:
+        await worker.on_assigned(assigned)
+
+    @app.on_before_shutdown.connect
+    async def on_shutdown(sender: faust.App, **kwargs: Any) -> None:
+        await asyncio.wait_for(worker.state.close(), 5.0)
+
+    @app.page("/tandem/")
+    async def status(web: View, request: Request) -> Response:
+        return web.json(worker.view())
+
+    @app.page("/tandem/html")
+    async def status_html(web: View, request: Request) -> Response:
+        return web.html(render_html(worker.view()))
