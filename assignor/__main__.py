@@ -1,0 +1,5 @@
+import sys
+
+from assignor.cli import main
+
+sys.exit(main())

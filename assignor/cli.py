@@ -1,0 +1,68 @@
+"""`python -m assignor plan FILE|- [--summary]`: read a scenario, print its assignment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from assignor.core.plan import PlanResult, plan_with_stats
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m assignor", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    plan_cmd = commands.add_parser("plan", help="plan an assignment for a scenario (JSON)")
+    plan_cmd.add_argument("scenario", help="scenario file (docs/scenario-format.md), or - for stdin")
+    plan_cmd.add_argument("--summary", action="store_true", help="print a human table instead of JSON")
+    args = parser.parse_args(argv)
+    raw, problem = _read(args.scenario, stdin or sys.stdin)
+    result = plan_with_stats(raw)
+    if problem:
+        result.assignment["warnings"].insert(0, problem)
+    print(render_summary(raw, result) if args.summary else json.dumps(result.assignment, indent=2))
+    return 0
+
+
+def _read(path: str, stdin: TextIO) -> tuple[Any, str | None]:
+    """The decoded scenario, or None and why it could not be read (still exit 0)."""
+    try:
+        text = stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        return None, f"cannot read scenario {path!r}: {exc.strerror}"
+    try:
+        return json.loads(text), None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return None, f"scenario is not valid JSON: {exc}"
+
+
+def render_summary(raw: Any, result: PlanResult) -> str:
+    """Per member actives/standbys, then kept, moved warm, moved cold and the balance spread."""
+    members = result.assignment["members"]
+    info = raw.get("members", {}) if isinstance(raw, dict) else {}
+    rows = [("member", "host", "active tasks", "standby tasks")]
+    for member in members:
+        host = info.get(member, {}).get("host", member) if isinstance(info.get(member), dict) else member
+        rows.append(
+            (
+                member,
+                str(host),
+                str(result.stats.actives.get(member, 0)),
+                str(result.stats.standbys.get(member, 0)),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    counts = [result.stats.actives.get(m, 0) for m in members]
+    spread = max(counts) - min(counts) if counts else 0
+    s = result.stats
+    lines += [
+        "",
+        f"epoch {result.assignment['epoch']}: tasks retained {s.kept}, moved warm {s.moved_warm}, "
+        f"moved cold {s.moved_cold}, unassigned {s.unassigned}, balance spread {spread}",
+    ]
+    lines += [f"warning: {w}" for w in result.assignment["warnings"]]
+    return "\n".join(lines)

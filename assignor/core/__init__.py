@@ -1,0 +1,1 @@
+"""The pure planning core: scenario in, assignment out. No I/O, no Faust."""

@@ -1,0 +1,329 @@
+"""Reading a scenario (docs/scenario-format.md) into a sanitised model.
+
+Nothing here raises on bad input: every oddity becomes a warning and a
+sensible reading, so the planner on a group leader never crashes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from assignor.core.warnings import Warnings
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A co-partition group: partition p of every topic goes to one member."""
+
+    index: int
+    topics: tuple[str, ...]
+    counts: tuple[int, ...]  # partition count per topic, aligned with `topics`
+    changelogs: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        """Number of tasks; with mismatched counts, the largest (see warnings)."""
+        return max(self.counts, default=0)
+
+    @property
+    def stateful(self) -> bool:
+        return bool(self.changelogs)
+
+    def topics_of(self, partition: int) -> list[str]:
+        return [t for t, n in zip(self.topics, self.counts, strict=True) if partition < n]
+
+    def changelogs_of(self, partition: int) -> list[str]:
+        counts = dict(zip(self.topics, self.counts, strict=True))
+        return [t for t in self.changelogs if partition < counts[t]]
+
+    def label(self) -> str:
+        return "+".join(self.topics)
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    id: str
+    topics: frozenset[str]
+    host: str
+    rack: str | None
+    capacity: Fraction
+    epoch: int
+    previous_active: Mapping[str, frozenset[int]]
+    previous_standby: Mapping[str, frozenset[int]]
+    local_offsets: Mapping[str, Mapping[int, int]]
+
+
+@dataclass(slots=True)
+class Scenario:
+    topics: dict[str, int]
+    groups: list[Group]
+    standby_replicas: int
+    members: list[Member]  # sorted by id
+    warnings: Warnings = field(default_factory=Warnings)
+
+    @property
+    def max_epoch(self) -> int:
+        return max((m.epoch for m in self.members), default=0)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_scenario(raw: Any) -> Scenario:
+    """Sanitise a decoded JSON scenario; never raises."""
+    warnings = Warnings()
+    if not isinstance(raw, Mapping):
+        warnings.add("input", f"scenario is a {type(raw).__name__}, not an object; nothing to plan")
+        raw = {}
+    topics = _parse_topics(raw.get("topics"), warnings)
+    changelogs = _parse_changelogs(raw.get("changelog_topics"), topics, warnings)
+    groups = _parse_groups(raw.get("copartition_groups"), topics, changelogs, warnings)
+    standby = raw.get("standby_replicas", 0)
+    if not _is_int(standby) or standby < 0:
+        warnings.add("standby", f"standby_replicas {standby!r} is not a non-negative integer; using 0")
+        standby = 0
+    members = _parse_members(raw.get("members"), topics, changelogs, warnings)
+    return Scenario(topics, groups, standby, members, warnings)
+
+
+def _parse_topics(raw: Any, warnings: Warnings) -> dict[str, int]:
+    if not isinstance(raw, Mapping):
+        warnings.add("topics", "'topics' is missing or not an object; no topics to assign")
+        return {}
+    topics: dict[str, int] = {}
+    for name in sorted(raw, key=str):
+        count = raw[name]
+        if not isinstance(name, str) or not name:
+            warnings.add("topics", f"topic name {name!r} is not a non-empty string; ignored")
+        elif not _is_int(count) or count < 0:
+            warnings.add("topics", f"topic {name!r} has partition count {count!r}; ignored")
+        else:
+            topics[name] = count
+    return topics
+
+
+def _string_list(raw: Any) -> list[str] | None:
+    if not isinstance(raw, list | tuple) or not all(isinstance(x, str) for x in raw):
+        return None
+    return list(raw)
+
+
+def _parse_changelogs(raw: Any, topics: dict[str, int], warnings: Warnings) -> set[str]:
+    if raw is None:
+        return set()
+    names = _string_list(raw)
+    if names is None:
+        warnings.add("changelogs", "'changelog_topics' is not a list of strings; ignored")
+        return set()
+    unknown = sorted(set(names) - set(topics))
+    if unknown:
+        warnings.add("changelogs", f"changelog topics not in 'topics' ignored: {unknown}")
+    return set(names) & set(topics)
+
+
+def _parse_groups(
+    raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
+) -> list[Group]:
+    declared: list[list[str]] = []
+    if raw is not None and not isinstance(raw, list | tuple):
+        warnings.add("groups", "'copartition_groups' is not a list; every topic stands alone")
+        raw = []
+    for entry in raw or []:
+        names = _string_list(entry)
+        if names is None:
+            warnings.add("groups", f"co-partition group {entry!r} is not a list of topic names")
+            continue
+        unknown = sorted(set(names) - set(topics))
+        if unknown:
+            warnings.add("groups", f"co-partition group {sorted(names)}: unknown topics {unknown}")
+        known = sorted(set(names) & set(topics))
+        if not known:
+            warnings.add("groups", f"co-partition group {sorted(names)} has no known topic; ignored")
+            continue
+        declared.append(known)
+    merged = _merge_overlapping(declared, warnings)
+    grouped = {t for g in merged for t in g}
+    merged += [[t] for t in topics if t not in grouped]
+    merged.sort()
+    result = []
+    for index, names in enumerate(merged):
+        counts = tuple(topics[t] for t in names)
+        if len(set(counts)) > 1:
+            detail = ", ".join(f"{t}={n}" for t, n in zip(names, counts, strict=True))
+            warnings.add(
+                "groups",
+                f"co-partition group {names} has mismatched partition counts ({detail}); "
+                f"using {max(counts)} tasks, task p covering the topics that have partition p",
+            )
+        logs = tuple(t for t in names if t in changelogs)
+        result.append(Group(index, tuple(names), counts, logs))
+    return result
+
+
+def _merge_overlapping(groups: list[list[str]], warnings: Warnings) -> list[list[str]]:
+    """Union groups that share a topic: co-partitioning is transitive."""
+    parent: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        while parent.setdefault(t, t) != t:
+            t = parent[t]
+        return t
+
+    for names in groups:
+        for other in names[1:]:
+            a, b = find(names[0]), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    by_root: dict[str, set[str]] = {}
+    for names in groups:
+        for t in names:
+            by_root.setdefault(find(t), set()).add(t)
+    merged = [sorted(ts) for ts in by_root.values()]
+    if sum(len(g) for g in groups) != sum(len(g) for g in merged):
+        warnings.add("groups", "co-partition groups share topics; merged into " + str(sorted(merged)))
+    return merged
+
+
+def _parse_members(
+    raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
+) -> list[Member]:
+    if not isinstance(raw, Mapping):
+        warnings.add("members", "'members' is missing or not an object; no members")
+        return []
+    members = []
+    for member_id in sorted(raw, key=str):
+        if not isinstance(member_id, str):
+            warnings.add("members", f"member id {member_id!r} is not a string; ignored")
+            continue
+        members.append(_parse_member(member_id, raw[member_id], topics, changelogs, warnings))
+    return members
+
+
+def _parse_member(
+    member_id: str, raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
+) -> Member:
+    if not isinstance(raw, Mapping):
+        warnings.add(
+            "member-data", f"member {member_id!r}: data unreadable; no subscription, no history"
+        )
+        raw = {}
+    subscription = _string_list(raw.get("topics"))
+    if subscription is None:
+        warnings.add("member-data", f"member {member_id!r}: 'topics' missing or not a list of names")
+        subscription = []
+    unknown = sorted(set(subscription) - set(topics))
+    if unknown:
+        warnings.add("unknown-topic", f"member {member_id!r} subscribes to unknown topics {unknown}")
+    return Member(
+        id=member_id,
+        topics=frozenset(subscription) & frozenset(topics),
+        host=_parse_label(member_id, "host", raw.get("host"), member_id, warnings),
+        rack=_parse_label(member_id, "rack", raw.get("rack"), None, warnings),
+        capacity=_parse_capacity(member_id, raw.get("capacity", 1), warnings),
+        epoch=_parse_epoch(member_id, raw.get("epoch", 0), warnings),
+        previous_active=_parse_partitions(
+            member_id, "previous_active", raw.get("previous_active"), topics, warnings
+        ),
+        previous_standby=_parse_partitions(
+            member_id, "previous_standby", raw.get("previous_standby"), topics, warnings
+        ),
+        local_offsets=_parse_offsets(member_id, raw.get("local_offsets"), topics, warnings),
+    )
+
+
+def _parse_label(
+    member_id: str, name: str, value: Any, default: str | None, warnings: Warnings
+) -> str | None:
+    if value is None:
+        return default
+    if isinstance(value, str) and value:
+        return value
+    warnings.add("member-data", f"member {member_id!r}: {name} {value!r} is not a string; ignored")
+    return default
+
+
+def _parse_capacity(member_id: str, value: Any, warnings: Warnings) -> Fraction:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and value > 0:
+        # Through repr so 0.1 means one tenth, not its binary approximation.
+        return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    warnings.add("capacity", f"member {member_id!r}: capacity {value!r} is not positive; using 1")
+    return Fraction(1)
+
+
+def _parse_epoch(member_id: str, value: Any, warnings: Warnings) -> int:
+    if _is_int(value) and value >= 0:
+        return value
+    warnings.add("epoch", f"member {member_id!r}: epoch {value!r} is not a non-negative integer; 0")
+    return 0
+
+
+def _parse_partitions(
+    member_id: str, name: str, raw: Any, topics: dict[str, int], warnings: Warnings
+) -> dict[str, frozenset[int]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        warnings.add("member-data", f"member {member_id!r}: {name} is not an object; ignored")
+        return {}
+    result: dict[str, frozenset[int]] = {}
+    for topic in sorted(raw, key=str):
+        if topic not in topics:
+            warnings.add("unknown-topic", f"member {member_id!r}: {name} names unknown topic {topic!r}")
+            continue
+        partitions = raw[topic]
+        if not isinstance(partitions, list | tuple):
+            warnings.add("member-data", f"member {member_id!r}: {name}[{topic!r}] is not a list")
+            continue
+        valid = {p for p in partitions if _is_int(p) and 0 <= p < topics[topic]}
+        if len(valid) != len(partitions):
+            bad = sorted((p for p in partitions if p not in valid), key=repr)
+            warnings.add(
+                "partition-range",
+                f"member {member_id!r}: {name}[{topic!r}] has invalid partitions {bad}; ignored",
+            )
+        if valid:
+            result[topic] = frozenset(valid)
+    return result
+
+
+def _parse_offsets(
+    member_id: str, raw: Any, topics: dict[str, int], warnings: Warnings
+) -> dict[str, dict[int, int]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        warnings.add("member-data", f"member {member_id!r}: local_offsets is not an object; ignored")
+        return {}
+    result: dict[str, dict[int, int]] = {}
+    for topic in sorted(raw, key=str):
+        entries = raw[topic]
+        if topic not in topics or not isinstance(entries, Mapping):
+            warnings.add("member-data", f"member {member_id!r}: local_offsets[{topic!r}] ignored")
+            continue
+        offsets: dict[int, int] = {}
+        for key, offset in entries.items():
+            partition = _partition_key(key)
+            if partition is None or not 0 <= partition < topics[topic] or not _is_int(offset):
+                warnings.add(
+                    "partition-range",
+                    f"member {member_id!r}: local_offsets[{topic!r}][{key!r}] = {offset!r} ignored",
+                )
+                continue
+            offsets[partition] = offset
+        if offsets:
+            result[topic] = offsets
+    return result
+
+
+def _partition_key(key: Any) -> int | None:
+    if _is_int(key):
+        return key
+    if isinstance(key, str) and key.isascii() and key.isdigit():
+        return int(key)
+    return None

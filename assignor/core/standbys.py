@@ -1,0 +1,162 @@
+"""Placing standby replicas of stateful tasks.
+
+Each task gets `k = min(R, eligible - 1)` standbys, never on its active owner.
+Of them, as many as possible sit off the active's host, and within that as
+many as possible off its rack (racks compare only when both members have
+one): per task this fixes how many standbys go in each of three categories
+(off host and rack, off host only, same host), and every task reaches its
+best counts because members have no hard limit on standbys.
+
+Within those counts: previous standbys stay while their member is under its
+balance cap (ceil of its capacity share of all standbys); the rest go to the
+member under cap that holds the task's state, else the least loaded.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+Task = tuple[int, int]
+
+
+@dataclass(slots=True)
+class StandbyProblem:
+    replicas: int
+    tasks: list[Task]  # stateful tasks that have an active owner, sorted
+    active: dict[Task, str]
+    eligible: dict[int, list[str]]
+    host: dict[str, str]
+    rack: dict[str, str | None]
+    capacity: dict[str, Fraction]
+    previous: dict[Task, set[str]] = field(default_factory=dict)
+    holds_state: dict[Task, set[str]] = field(default_factory=dict)
+
+
+def _category(problem: StandbyProblem, active: str, member: str) -> int:
+    """0: other host and rack, 1: other host, same rack, 2: same host."""
+    if problem.host[member] == problem.host[active]:
+        return 2
+    a, b = problem.rack[active], problem.rack[member]
+    return 1 if a is not None and a == b else 0
+
+
+class _Loads:
+    """Standby counts per member, with a lazy heap of the least loaded."""
+
+    def __init__(self, problem: StandbyProblem, total: int) -> None:
+        members = sorted({m for t in problem.tasks for m in problem.eligible[t[0]]})
+        weight = sum((problem.capacity[m] for m in members), Fraction(0)) or Fraction(1)
+        self.cap = {m: math.ceil(total * problem.capacity[m] / weight) for m in members}
+        self.scale = {m: 1 / float(problem.capacity[m]) for m in members}
+        self.load = dict.fromkeys(members, 0)
+        self._heap = [(False, 0.0, m) for m in members]
+        heapq.heapify(self._heap)
+
+    def key(self, m: str) -> tuple[bool, float, str]:
+        return (self.load[m] >= self.cap[m], self.load[m] * self.scale[m], m)
+
+    def add(self, m: str) -> None:
+        self.load[m] += 1
+        heapq.heappush(self._heap, self.key(m))
+
+    def best(self, accept: Callable[[str], bool]) -> str | None:
+        """Least-loaded member for which accept(m) is true (skipping stale entries)."""
+        skipped = []
+        found = None
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            if entry != self.key(entry[2]):
+                continue  # stale: the member's load changed since
+            skipped.append(entry)
+            if accept(entry[2]):
+                found = entry[2]
+                break
+        for entry in skipped:
+            heapq.heappush(self._heap, entry)
+        return found
+
+
+def place_standbys(problem: StandbyProblem) -> dict[Task, list[str]]:
+    need = {t: min(problem.replicas, len(problem.eligible[t[0]]) - 1) for t in problem.tasks}
+    need = {t: k for t, k in need.items() if k > 0}
+    loads = _Loads(problem, sum(need.values()))
+    quota = {t: _category_quota(problem, t, k) for t, k in need.items()}
+    chosen: dict[Task, list[str]] = {t: [] for t in need}
+    for t in need:
+        _keep_previous(problem, t, quota[t], chosen[t], loads)
+    for t, k in need.items():
+        _fill(problem, t, k, quota[t], chosen[t], loads)
+    return {t: sorted(ms) for t, ms in chosen.items() if ms}
+
+
+def _category_quota(problem: StandbyProblem, task: Task, k: int) -> list[int]:
+    active = problem.active[task]
+    counts = [0, 0, 0]
+    for m in problem.eligible[task[0]]:
+        if m != active:
+            counts[_category(problem, active, m)] += 1
+    off_rack = min(k, counts[0])
+    off_host = min(k, counts[0] + counts[1]) - off_rack
+    return [off_rack, off_host, k - off_rack - off_host]
+
+
+def _keep_previous(
+    problem: StandbyProblem, task: Task, quota: list[int], chosen: list[str], loads: _Loads
+) -> None:
+    active = problem.active[task]
+    eligible = set(problem.eligible[task[0]])
+    candidates = sorted(
+        (_category(problem, active, m), m)
+        for m in problem.previous.get(task, ())
+        if m != active and m in eligible
+    )
+    for category, m in candidates:
+        if quota[category] > 0 and loads.load[m] < loads.cap[m]:
+            quota[category] -= 1
+            chosen.append(m)
+            loads.add(m)
+
+
+def _fill(
+    problem: StandbyProblem,
+    task: Task,
+    k: int,
+    quota: list[int],
+    chosen: list[str],
+    loads: _Loads,
+) -> None:
+    active = problem.active[task]
+    eligible = set(problem.eligible[task[0]])
+    holders = sorted(problem.holds_state.get(task, set()) | problem.previous.get(task, set()))
+    for category in range(3):
+        while quota[category] > 0 and len(chosen) < k:
+
+            def fits(m: str, category: int = category) -> bool:
+                return (
+                    m != active
+                    and m in eligible
+                    and m not in chosen
+                    and _category(problem, active, m) == category
+                )
+
+            pick = _prefer_state_holder(holders, fits, loads, loads.best(fits))
+            if pick is None:
+                break
+            quota[category] -= 1
+            chosen.append(pick)
+            loads.add(pick)
+
+
+def _prefer_state_holder(
+    holders: list[str], fits: Callable[[str], bool], loads: _Loads, least_loaded: str | None
+) -> str | None:
+    """A member under its cap that already holds the state beats the least loaded one."""
+    warm = [m for m in holders if m in loads.load and fits(m)]
+    under_cap = [m for m in warm if loads.load[m] < loads.cap[m]]
+    if under_cap:
+        return min(under_cap, key=loads.key)
+    return least_loaded
