@@ -1,0 +1,209 @@
+"""The demo (`make demo`): broker, three workers, traffic, a SIGKILL, a warm takeover.
+
+    .venv/bin/python -m app.demo [--seconds-before-kill 20] [--rate 60]
+
+Non-interactive and bounded (about 1-2 minutes); prints progress throughout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from app.broker import EmbeddedBroker
+from app.cluster import WorkerProcess, covered, views
+from app.settings import Settings, from_env
+from app.topics import create_topics
+from app.traffic import Traffic, run_traffic
+
+PARTITIONS = 6
+LABELS = [("worker-1", "host-a", "rack-1"), ("worker-2", "host-b", "rack-2"),
+          ("worker-3", "host-a", "rack-1")]
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def table(workers: list[WorkerProcess]) -> None:
+    """The live view: one line per worker, from its web endpoint."""
+    for name, view in views(workers).items():
+        if view is None:
+            say(f"  {name:9} (down or starting)")
+            continue
+        rebalance = view["last_rebalance"]
+        joined = sum(view["joined"].values())
+        say(
+            f"  {name:9} {view['host']:7} actives={view['actives']} standbys={view['standbys']}"
+            f" joined={joined} lag={sum(v or 0 for v in view['lag'].values())}"
+            f" last rebalance: kept={rebalance['kept']} warm={rebalance['moved_warm']}"
+            f" cold={rebalance['moved_cold']} replayed={rebalance['replayed']}"
+            f" in {rebalance['seconds']}s"
+        )
+
+
+class Outputs:
+    """Reads `ad-joins` in the background: join ids, and when each partition last produced."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.join_ids: list[str] = []
+        self.first_after: dict[int, float] = {}  # partition -> first record time after `mark`
+        self.mark = float("inf")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        consumer = AIOKafkaConsumer(
+            self.topic, bootstrap_servers=self.bootstrap, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200)
+                for tp, records in batch.items():
+                    for record in records:
+                        self._seen(tp.partition, record)
+        finally:
+            await consumer.stop()
+
+    def _seen(self, partition: int, record: Any) -> None:
+        self.join_ids.append(json.loads(record.value)["join_id"])
+        created = record.timestamp / 1000
+        if created > self.mark and partition not in self.first_after:
+            self.first_after[partition] = created
+
+
+async def wait_until(predicate: Any, timeout: float, every: float, show: Any = None) -> bool:
+    """Poll (in a thread: the views are HTTP calls) until true; print the view meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(predicate):
+            return True
+        if show is not None:
+            await asyncio.to_thread(show)
+        await asyncio.sleep(every)
+    return False
+
+
+@contextlib.contextmanager
+def running_workers(workers: list[WorkerProcess]) -> Iterator[list[WorkerProcess]]:
+    try:
+        yield [w.start() for w in workers]
+    finally:
+        for worker in workers:
+            worker.stop(15)
+
+
+async def demo(args: argparse.Namespace) -> int:
+    run_dir = Path(tempfile.mkdtemp(prefix="tandem-demo-"))
+    say(f"run directory (logs, worker data dirs): {run_dir}")
+    with EmbeddedBroker(log_dir=run_dir) as broker:
+        say(f"embedded broker (tansu) on {broker.bootstrap}, pid {broker.pid}")
+        settings = dataclasses.replace(
+            from_env(), app_id=f"tandem-demo-{uuid.uuid4().hex[:8]}", partitions=PARTITIONS
+        )
+        await create_topics(broker.bootstrap, settings)
+        say(f"topics, {PARTITIONS} partitions each: {', '.join(settings.topics())}")
+        workers = [
+            WorkerProcess(name, host, rack, broker.bootstrap, settings.app_id, run_dir,
+                          standby_replicas=1, partitions=PARTITIONS, assignor=args.assignor)
+            for name, host, rack in LABELS
+        ]
+        with running_workers(workers):
+            return await scenario(args, broker.bootstrap, settings, workers)
+
+
+async def scenario(
+    args: argparse.Namespace, bootstrap: str, settings: Settings, workers: list[WorkerProcess]
+) -> int:
+    for w in workers:
+        say(f"started {w.name} (pid {w.process.pid if w.process else '?'}, host {w.host}, "
+            f"rack {w.rack}) view: http://127.0.0.1:{w.port}/tandem/html")
+    say("waiting for the group to form (the embedded broker holds each join ~1.5 s)")
+    if not await wait_until(lambda: covered(workers, PARTITIONS), 60, 2, lambda: table(workers)):
+        say("FAILED: the workers did not share the partitions within 60 s; see the logs")
+        return 1
+    table(workers)
+    stop_traffic, stop_outputs = asyncio.Event(), asyncio.Event()
+    traffic = Traffic(settings.impressions, settings.clicks, run=uuid.uuid4().hex[:6])
+    outputs = Outputs(bootstrap, settings.joins)
+    readers = asyncio.create_task(outputs.run(stop_outputs))
+    producer = asyncio.create_task(run_traffic(bootstrap, traffic, args.rate, stop_traffic))
+    say(f"synthetic traffic: {args.rate} impressions/s, half of them clicked, "
+        "a few malformed (dead letters) and a few delivered twice")
+    for _ in range(int(args.seconds_before_kill / 4)):
+        await asyncio.sleep(4)
+        say(f"sent {traffic.sent} impressions; joined records read back: {len(outputs.join_ids)}")
+        await asyncio.to_thread(table, workers)
+    code = await kill_and_take_over(workers, outputs)
+    stop_traffic.set()
+    await asyncio.wait_for(producer, 30)
+    code |= await check_results(traffic, outputs, workers)
+    stop_outputs.set()
+    await asyncio.wait_for(readers, 10)
+    say("stopping the workers cleanly (SIGTERM) and the broker")
+    return code
+
+
+async def kill_and_take_over(workers: list[WorkerProcess], outputs: Outputs) -> int:
+    victim = max(workers, key=lambda w: len((w.view() or {}).get("actives", [])))
+    lost = (victim.view() or {}).get("actives", [])
+    survivors = [w for w in workers if w is not victim]
+    say(f"SIGKILL {victim.name} (pid {victim.process.pid if victim.process else '?'}), "
+        f"which owned partitions {lost}")
+    killed_at = time.time()
+    outputs.mark = killed_at
+    victim.kill()
+    ok = await wait_until(lambda: covered(survivors, PARTITIONS), 45, 1, lambda: table(survivors))
+    if not ok:
+        say("FAILED: the survivors did not take over within 45 s")
+        return 1
+    say(f"takeover complete {time.time() - killed_at:.1f} s after the kill:")
+    table(survivors)
+    await wait_until(lambda: all(p in outputs.first_after for p in lost), 20, 0.5)
+    for partition in lost:
+        first = outputs.first_after.get(partition)
+        gap = "none yet" if first is None else f"{first - killed_at:.1f} s"
+        say(f"  partition {partition}: first joined record from a survivor after the kill: {gap}")
+    return 0
+
+
+async def check_results(traffic: Traffic, outputs: Outputs, workers: list[WorkerProcess]) -> int:
+    say("traffic stopped; waiting for the join to drain")
+    await wait_until(lambda: traffic.expected <= set(outputs.join_ids), 30, 1)
+    got = set(outputs.join_ids)
+    missing = traffic.expected - got
+    dead = sum((v or {}).get("dead_letters", 0) for v in views(workers).values())
+    say(f"expected joins {len(traffic.expected)}, distinct joins read back {len(got & traffic.expected)}, "
+        f"missing {len(missing)}, duplicates (same join_id twice, at-least-once) "
+        f"{len(outputs.join_ids) - len(got)}; dead letters counted by survivors {dead}")
+    table(workers)
+    if missing:
+        say(f"FAILED: {len(missing)} joins missing, e.g. {sorted(missing)[:3]}")
+        return 1
+    say("OK: nothing lost across the SIGKILL")
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rate", type=float, default=40.0, help="impressions per second")
+    parser.add_argument("--seconds-before-kill", type=float, default=16.0)
+    parser.add_argument("--assignor", default="tandem", help="tandem or stock")
+    code = asyncio.run(demo(parser.parse_args()))
+    say("demo finished" if code == 0 else "demo FAILED")
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()
