@@ -1,0 +1,318 @@
+"""Join state per partition: RocksDB files, a changelog topic, restore and standbys.
+
+    tables = JoinTables(bootstrap, "ad-joins-changelog", data_dir, window=..., join_type=...)
+    await tables.start()
+    await tables.on_assignment(active={0, 1}, standby={2})  # open/reopen, replay the missed tail
+    join = tables.operator(0)                  # the WindowedJoin of partition 0
+    results = join.process("left", record)     # 1. process a batch
+    join.set_input_offset("impressions", n)    #    (optional: input position, kept with state)
+    ...send results to the output topic, await the acks...   # 2. results first
+    await tables.commit(0)                     # 3. changelog, then state + offset in one batch
+    tables.local_offsets()                     # {partition: last changelog offset on disk}
+    await tables.close()                       # files stay for the next owner on this disk
+
+Partition p of the changelog belongs to task p (same number as the inputs).
+Restore reads from the local checkpoint + 1 up to the high watermark of the
+fetch responses, never `end_offsets()` (ListOffsets is short on tansu when a
+batch holds several records). Guarantees: docs/tables.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from tables.join import JoinType, JoinWindow, WindowedJoin
+from tables.kv import Overlay
+from tables.store import PartitionStore, local_partitions, partition_path
+
+log = logging.getLogger(__name__)
+
+# Restore writes to RocksDB every this many changelog records, bounding memory.
+RESTORE_FLUSH_RECORDS = 20_000
+
+
+class RestoreTimeout(RuntimeError):
+    """The changelog's high watermark was not reached in time."""
+
+
+@dataclass
+class _Task:
+    """The state of one partition held by this worker."""
+
+    store: PartitionStore
+    overlay: Overlay
+    join: WindowedJoin
+    role: str  # "active" or "standby"
+    replayed: int = 0
+    applied_since_flush: int = 0
+    pending_checkpoint: int | None = field(default=None)
+
+
+async def create_changelog_topic(
+    bootstrap: str, topic: str, partitions: int, retention_ms: int | None = None
+) -> None:
+    """Create the changelog topic (idempotent). The join writes no tombstones: expired
+    records are dropped by time, so give it a retention above window + grace."""
+    configs = {"cleanup.policy": "compact,delete" if retention_ms else "compact"}
+    if retention_ms:
+        configs["retention.ms"] = str(retention_ms)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        await admin.close()
+
+
+class JoinTables:
+    """The join state of every partition this worker owns or stands by for."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        changelog_topic: str,
+        data_dir: Path | str,
+        *,
+        table: str | None = None,
+        window: JoinWindow | None = None,
+        join_type: JoinType = JoinType.INNER,
+        sync_writes: bool = False,
+        restore_timeout_s: float = 300.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.changelog_topic = changelog_topic
+        self.data_dir = Path(data_dir)
+        self.table = table or changelog_topic
+        self.window = window or JoinWindow()
+        self.join_type = join_type
+        self.sync_writes = sync_writes
+        self.restore_timeout_s = restore_timeout_s
+        self.replayed: dict[int, int] = {}  # partition -> changelog records its last restore read
+        self._tasks: dict[int, _Task] = {}
+        self._producer: AIOKafkaProducer | None = None
+        self._tail: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", linger_ms=5, max_batch_size=256 * 1024
+        )
+        await self._producer.start()
+
+    async def close(self) -> None:
+        await self._stop_tailing()
+        for partition in list(self._tasks):
+            self._close_task(partition)
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    # -- assignment ----------------------------------------------------------
+
+    async def on_assignment(self, active: Iterable[int], standby: Iterable[int]) -> None:
+        """Own `active`, stand by for `standby`, close the rest (files stay)."""
+        active, standby = set(active), set(standby) - set(active)
+        async with self._lock:
+            await self._stop_tailing()
+            for partition in [p for p in self._tasks if p not in active | standby]:
+                self._close_task(partition)
+            to_restore = [p for p in sorted(active) if self._role(p) != "active"]
+            for partition in sorted(active | standby):
+                self._open_task(partition, "active" if partition in active else "standby")
+            self.replayed = {p: 0 for p in active}
+            await self._restore(to_restore)
+            if standby:
+                self._tail = asyncio.create_task(self._tail_standbys(sorted(standby)))
+
+    def operator(self, partition: int) -> WindowedJoin:
+        """The join of an active partition."""
+        task = self._tasks.get(partition)
+        if task is None or task.role != "active":
+            raise KeyError(f"partition {partition} is not active on this worker")
+        return task.join
+
+    def local_offsets(self) -> dict[int, int]:
+        """Partition -> last changelog offset held on this disk, open or not."""
+        offsets: dict[int, int] = {}
+        for partition in local_partitions(self.data_dir, self.table):
+            task = self._tasks.get(partition)
+            if task is not None:
+                checkpoint = task.store.checkpoint
+            else:
+                checkpoint = PartitionStore.read_checkpoint(self._path(partition))
+            if checkpoint is not None:
+                offsets[partition] = checkpoint
+        return offsets
+
+    def assigned(self) -> dict[int, str]:
+        """Partition -> "active" or "standby"."""
+        return {p: task.role for p, task in self._tasks.items()}
+
+    def _path(self, partition: int) -> Path:
+        return partition_path(self.data_dir, self.table, partition)
+
+    def _role(self, partition: int) -> str | None:
+        task = self._tasks.get(partition)
+        return task.role if task else None
+
+    def _open_task(self, partition: int, role: str) -> None:
+        task = self._tasks.get(partition)
+        if task is None:
+            store = PartitionStore(self._path(partition), sync=self.sync_writes)
+            task = self._new_task(store, role)
+            self._tasks[partition] = task
+        elif task.role != role:
+            # Uncommitted work of a demoted active is dropped: the changelog has the truth.
+            self._tasks[partition] = self._new_task(task.store, role)
+
+    def _new_task(self, store: PartitionStore, role: str) -> _Task:
+        overlay = Overlay(store)
+        return _Task(store, overlay, WindowedJoin(overlay, self.window, self.join_type), role)
+
+    def _close_task(self, partition: int) -> None:
+        self._tasks.pop(partition).store.close()
+
+    # -- processing ----------------------------------------------------------
+
+    async def commit(self, partition: int) -> int | None:
+        """Write the partition's changelog records, then its state and their last offset
+        in one RocksDB batch. Returns the checkpoint. Call after the batch's results are
+        acknowledged and before the input offsets are committed."""
+        task = self._tasks[partition]
+        assert self._producer is not None, "start() first"
+        changes = task.join.take_changes()
+        try:
+            sent = [
+                await self._producer.send(self.changelog_topic, value, key=key, partition=partition)
+                for key, value in changes
+            ]
+            acks = await asyncio.gather(*sent)
+        except BaseException:
+            # Nothing of this batch reaches the disk; the caller replays its input.
+            self._tasks[partition] = self._new_task(task.store, task.role)
+            raise
+        checkpoint = max((ack.offset for ack in acks), default=task.store.checkpoint)
+        task.store.write(task.overlay.pending, checkpoint)
+        task.overlay.clear()
+        return checkpoint
+
+    # -- restore and standbys ------------------------------------------------
+
+    def _consumer(self) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+            fetch_max_wait_ms=100,
+        )
+
+    def _seek_from_checkpoint(self, consumer: AIOKafkaConsumer, partitions: list[int]) -> None:
+        tps = [TopicPartition(self.changelog_topic, p) for p in partitions]
+        consumer.assign(tps)
+        for tp in tps:
+            checkpoint = self._tasks[tp.partition].store.checkpoint
+            consumer.seek(tp, 0 if checkpoint is None else checkpoint + 1)
+
+    async def _restore(self, partitions: list[int]) -> None:
+        """Replay each partition's changelog from its checkpoint to the high watermark."""
+        if not partitions:
+            return
+        consumer = self._consumer()
+        await consumer.start()
+        try:
+            self._seek_from_checkpoint(consumer, partitions)
+            for partition in partitions:
+                self._tasks[partition].replayed = 0
+            await self._replay_to_high_watermark(consumer, partitions)
+        finally:
+            await consumer.stop()
+        for partition in partitions:
+            self.replayed[partition] = self._tasks[partition].replayed
+
+    async def _replay_to_high_watermark(
+        self, consumer: AIOKafkaConsumer, partitions: list[int]
+    ) -> None:
+        pending = {TopicPartition(self.changelog_topic, p) for p in partitions}
+        deadline = time.monotonic() + self.restore_timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise RestoreTimeout(f"changelog {sorted(tp.partition for tp in pending)}")
+            fetched = await consumer.getmany(*pending, timeout_ms=200)
+            for tp in pending:
+                await self._check_not_truncated(consumer, tp)
+            for tp, records in fetched.items():
+                self._apply(tp.partition, records, flush_every=RESTORE_FLUSH_RECORDS)
+            for tp in list(pending):
+                high_watermark = consumer.highwater(tp)
+                if high_watermark is not None and await consumer.position(tp) >= high_watermark:
+                    self._flush_restored(tp.partition)
+                    pending.discard(tp)
+
+    async def _check_not_truncated(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> None:
+        """A changelog that ends before our checkpoint is not the log our files came from
+        (a recreated topic, a new cluster): drop the files and replay it from the start."""
+        task = self._tasks[tp.partition]
+        high_watermark = consumer.highwater(tp)
+        if task.store.checkpoint is None or high_watermark is None:
+            return
+        if high_watermark > task.store.checkpoint:
+            return
+        log.warning("changelog %s ends before local checkpoint; rebuilding", tp)
+        task.store.destroy()
+        fresh = self._new_task(PartitionStore(self._path(tp.partition), self.sync_writes), task.role)
+        self._tasks[tp.partition] = fresh
+        consumer.seek(tp, 0)
+
+    def _apply(self, partition: int, records: list[ConsumerRecord], flush_every: int) -> None:
+        task = self._tasks[partition]
+        for record in records:
+            task.join.restore(record.key, record.value)
+            task.pending_checkpoint = record.offset
+        task.replayed += len(records)
+        task.applied_since_flush += len(records)
+        if task.applied_since_flush >= flush_every:
+            self._flush_restored(partition)
+
+    def _flush_restored(self, partition: int) -> None:
+        task = self._tasks[partition]
+        if task.pending_checkpoint is None:
+            return
+        task.join.finish_restore()
+        task.store.write(task.overlay.pending, task.pending_checkpoint)
+        task.overlay.clear()
+        task.pending_checkpoint = None
+        task.applied_since_flush = 0
+
+    async def _tail_standbys(self, partitions: list[int]) -> None:
+        """Follow the standbys' changelogs into their own databases until reassigned."""
+        consumer = self._consumer()
+        await consumer.start()
+        try:
+            self._seek_from_checkpoint(consumer, partitions)
+            while True:
+                fetched = await consumer.getmany(timeout_ms=500)
+                for tp, records in fetched.items():
+                    self._apply(tp.partition, records, flush_every=0)
+        finally:
+            await consumer.stop()
+
+    async def _stop_tailing(self) -> None:
+        tail, self._tail = self._tail, None
+        if tail is None:
+            return
+        tail.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tail
