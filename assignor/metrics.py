@@ -111,14 +111,14 @@ def _task_owners(
 ) -> dict[Task, str | None]:
     """Owner of each task (owner of its first topic); counts invalid partitions and violations."""
     active = _tp_owners(assignment, "active")
-    members = _members(scenario)
+    subs = {m: set(d.get("topics", [])) for m, d in _members(scenario).items()}
     owners: dict[Task, str | None] = {}
     for gi, (ts, n) in enumerate(gs):
         elig = bool(eligible(scenario, (ts, n)))
         for p in range(n):
             per_topic = [active.get((t, p), []) for t in ts]
             for t, own in zip(ts, per_topic, strict=True):
-                ok = len(own) == 1 and t in members.get(own[0], {}).get("topics", [])
+                ok = len(own) == 1 and t in subs.get(own[0], ())
                 met.invalid += int(elig and not ok)
             firsts = {own[0] if own else None for own in per_topic}
             met.copart_violations += int(elig and len(firsts) > 1)
