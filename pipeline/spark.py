@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,3 +61,30 @@ def session(
 
     spark.dataSource.register(TopicDataSource)
     return spark
+
+
+@contextmanager
+def progress(spark: SparkSession, label: str, every: float = 5.0) -> Iterator[None]:
+    """Print the running stages' task counts every `every` seconds while the block runs."""
+    tracker = spark.sparkContext.statusTracker()
+    done = threading.Event()
+    began = time.monotonic()
+
+    def report() -> None:
+        while not done.wait(every):
+            stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+            parts = [
+                f"stage {s.stageId}: {s.numCompletedTasks}/{s.numTasks} tasks"
+                for s in stages
+                if s is not None
+            ]
+            elapsed = time.monotonic() - began
+            print(f"{label}: {elapsed:.0f} s, {'; '.join(parts) or 'planning'}", flush=True)
+
+    thread = threading.Thread(target=report, name=f"progress-{label}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=1.0)

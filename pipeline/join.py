@@ -1,0 +1,310 @@
+"""join: the reference join (the batch twin of `tables/`) as a Spark job.
+
+Same window, grace, inner/left/outer semantics and bad-record rules as the
+stream (docs/join-semantics.md), computed in bulk instead of record by record
+(`pipeline.semantics` is the record-by-record statement it is tested against):
+
+1. decode every record with `tables.records.validate`; skip the rejected ones;
+2. stream time before each record = the running max of `ts` over the records
+   before it in the partition's arrival order (`seq`);
+3. drop late records (`close < stream time before`, close = ts + after|before +
+   grace) and then repeated `event_id`s (first arrival wins);
+4. a pair (l, r) of the same key inside the window joins if the first of the two
+   to arrive was still in its store when the second arrived: its close >= the
+   stream time before the second (the stream purges a record once stream time
+   passes its close);
+5. left/outer: a record without a pair is emitted when the partition's final
+   stream time has passed its close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from pipeline.semantics import JoinParams
+from tables.records import Rejected, validate
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+INPUT_COLUMNS = ["partition", "seq", "side", "key", "value"]
+DECODED_SCHEMA = (
+    "partition int, seq long, side string, event_id string, auction_id string, "
+    "campaign_id string, ts long, reason string"
+)
+RESULT_COLUMNS = [
+    "join_id", "auction_id", "campaign_id", "impression_id", "click_id",
+    "impression_ts", "click_ts", "ts", "kind", "partition",
+]  # fmt: skip
+
+
+def decode_batches(
+    batches: Iterator[pd.DataFrame], now_ms: int | None
+) -> Iterator[pd.DataFrame]:
+    """Validate raw records with the one shared function; keep the reason for rejects."""
+    for batch in batches:
+        rows = []
+        for side, key, value in zip(batch["side"], batch["key"], batch["value"], strict=True):
+            found = validate(side, key, value, now_ms)
+            if isinstance(found, Rejected):
+                rows.append((None, None, None, None, found.reason))
+            else:
+                rows.append((found["event_id"], found["auction_id"],
+                             found.get("campaign_id"), found["ts"], None))
+        decoded = pd.DataFrame(
+            rows, columns=["event_id", "auction_id", "campaign_id", "ts", "reason"]
+        )
+        decoded["ts"] = decoded["ts"].astype("Int64")
+        yield pd.concat(
+            [batch[["partition", "seq", "side"]].reset_index(drop=True), decoded], axis=1
+        )
+
+
+def load_parquet(spark: SparkSession, path: str) -> DataFrame:
+    """Generator output (or any Parquet with topic, partition, seq, key, value)."""
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(path)
+    side = F.when(F.col("topic") == "impressions", "left").when(F.col("topic") == "clicks", "right")
+    return df.withColumn("side", side).select(*INPUT_COLUMNS)
+
+
+def load_topics(
+    spark: SparkSession, bootstrap: str, impressions: str, clicks: str, split: int = 500_000
+) -> DataFrame:
+    """Both input topics through the `tandem-topic` source, with a merged arrival order.
+
+    The order within a partition is the `seq` header when the producer wrote one
+    (`pipeline produce`), else the record timestamp, impressions before clicks on a
+    tie, then the offset.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    raw = (
+        spark.read.format("tandem-topic")
+        .option("bootstrap", bootstrap)
+        .option("topic", f"{impressions},{clicks}")
+        .option("splitSize", str(split))
+        .load()
+    )
+    side = F.when(F.col("topic") == impressions, "left").otherwise("right")
+    order = Window.partitionBy("partition").orderBy(
+        F.col("seq").asc_nulls_first(), "timestamp", "side", "offset"
+    )
+    return (
+        raw.withColumn("side", side)
+        .withColumn("seq", F.row_number().over(order) - 1)
+        .select(*INPUT_COLUMNS)
+    )
+
+
+@dataclass
+class JoinOutput:
+    results: DataFrame
+    accepted: DataFrame  # decoded records that are neither late nor duplicates
+    decoded: DataFrame  # every decoded record, with `reason`, `late` and `duplicate`
+
+
+def _close(params: JoinParams) -> Column:
+    from pyspark.sql import functions as F
+
+    window = F.when(F.col("side") == "left", params.after).otherwise(params.before)
+    return F.col("ts") + window + params.grace
+
+
+def classify(records: DataFrame, params: JoinParams) -> DataFrame:
+    """Decode, then mark each valid record late or duplicate as the stream would."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    decoded = records.mapInPandas(
+        lambda batches: decode_batches(batches, params.now_ms), DECODED_SCHEMA
+    )
+    valid = decoded.filter(F.col("reason").isNull())
+    before = (
+        Window.partitionBy("partition").orderBy("seq")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    first = Window.partitionBy("partition", "side", "event_id").orderBy("seq")
+    with_time = (
+        valid.withColumn("st_before", F.max("ts").over(before))
+        .withColumn("close", _close(params))
+        .withColumn("late", F.coalesce(F.col("close") < F.col("st_before"), F.lit(False)))
+    )
+    on_time = F.when(~F.col("late"), F.col("seq"))
+    return with_time.withColumn(
+        "duplicate",
+        ~F.col("late") & (F.min(on_time).over(first.rowsBetween(
+            Window.unboundedPreceding, Window.unboundedFollowing)) < F.col("seq")),
+    )
+
+
+def _pairs(accepted: DataFrame, params: JoinParams) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    def side(name: str, prefix: str) -> DataFrame:
+        cols = ["partition", "auction_id", "event_id", "campaign_id", "ts", "seq", "close",
+                "st_before"]
+        chosen = accepted.filter(F.col("side") == name).select(*cols)
+        return chosen.select(
+            "partition", "auction_id", *[F.col(c).alias(f"{prefix}{c}") for c in cols[2:]]
+        )
+
+    left, right = side("left", "l_"), side("right", "r_")
+    first_still_stored = F.when(
+        F.col("l_seq") < F.col("r_seq"),
+        F.col("l_close") >= F.coalesce(F.col("r_st_before"), F.col("l_close")),
+    ).otherwise(F.col("r_close") >= F.coalesce(F.col("l_st_before"), F.col("r_close")))
+    in_window = F.col("r_ts").between(
+        F.col("l_ts") - params.before, F.col("l_ts") + params.after
+    )
+    return left.join(right, ["partition", "auction_id"]).filter(in_window & first_still_stored)
+
+
+def _unmatched(
+    accepted: DataFrame, pairs: DataFrame, final_time: DataFrame, side: str
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    prefix = "l_" if side == "left" else "r_"
+    matched = pairs.select("partition", F.col(f"{prefix}event_id").alias("event_id")).distinct()
+    mine = accepted.filter(F.col("side") == side)
+    return (
+        mine.join(matched, ["partition", "event_id"], "left_anti")
+        .join(F.broadcast(final_time), "partition")
+        .filter(F.col("final_time") > F.col("close"))
+    )
+
+
+def _as_results(df: DataFrame, kind: str) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    null = F.lit(None)
+    if kind == "inner":
+        cols = {
+            "auction_id": F.col("auction_id"), "campaign_id": F.col("l_campaign_id"),
+            "impression_id": F.col("l_event_id"), "click_id": F.col("r_event_id"),
+            "impression_ts": F.col("l_ts"), "click_ts": F.col("r_ts"),
+            "ts": F.greatest("l_ts", "r_ts"),
+        }  # fmt: skip
+    else:
+        is_left = kind == "left"
+        cols = {
+            "auction_id": F.col("auction_id"),
+            "campaign_id": F.col("campaign_id") if is_left else null,
+            "impression_id": F.col("event_id") if is_left else null,
+            "click_id": null if is_left else F.col("event_id"),
+            "impression_ts": F.col("ts") if is_left else null,
+            "click_ts": null if is_left else F.col("ts"),
+            "ts": F.col("ts"),
+        }
+    join_id = F.concat(
+        F.coalesce(cols["impression_id"].cast("string"), F.lit("")), F.lit("|"),
+        F.coalesce(cols["click_id"].cast("string"), F.lit("")),
+    )
+    typed = {
+        "campaign_id": "string", "impression_id": "string", "click_id": "string",
+        "impression_ts": "long", "click_ts": "long", "ts": "long",
+    }  # fmt: skip
+    selected = [join_id.alias("join_id")] + [
+        c.cast(typed[name]).alias(name) if name in typed else c.alias(name)
+        for name, c in cols.items()
+    ]
+    return df.select(*selected, F.lit(kind).alias("kind"), F.col("partition").cast("int"))
+
+
+def reference_join(records: DataFrame, params: JoinParams) -> JoinOutput:
+    """The join's results over (partition, seq, side, key, value) records."""
+    from pyspark.sql import functions as F
+
+    decoded = classify(records, params)
+    accepted = decoded.filter(~F.col("late") & ~F.col("duplicate"))
+    pairs = _pairs(accepted, params)
+    results = _as_results(pairs, "inner")
+    if params.kind in ("left", "outer"):
+        final_time = accepted.groupBy("partition").agg(F.max("ts").alias("final_time"))
+        sides = ["left"] if params.kind == "left" else ["left", "right"]
+        for side in sides:
+            unmatched = _unmatched(accepted, pairs, final_time, side)
+            results = results.unionByName(_as_results(unmatched, side))
+    return JoinOutput(results.select(*RESULT_COLUMNS), accepted, decoded)
+
+
+def input_frame(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    if args.input:
+        return load_parquet(spark, str(args.input))
+    return load_topics(spark, args.bootstrap, args.impressions_topic, args.clicks_topic)
+
+
+def add_join_arguments(parser: argparse.ArgumentParser) -> None:
+    """Input and join parameters, shared with `reconcile`."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", type=Path, help="Parquet directory from `generate`")
+    source.add_argument("--bootstrap", help="read the input topics from this Kafka cluster")
+    parser.add_argument("--impressions-topic", default="impressions")
+    parser.add_argument("--clicks-topic", default="clicks")
+    parser.add_argument("--kind", choices=["inner", "left", "outer"], default="inner")
+    parser.add_argument("--before", type=int, default=0, help="ms (default 0)")
+    parser.add_argument("--after", type=int, default=600_000, help="ms (default 600000)")
+    parser.add_argument("--grace", type=int, default=60_000, help="ms (default 60000)")
+    parser.add_argument("--now-ms", type=int, default=None,
+                        help="wall clock for the timestamp checks (default: none, a backfill)")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+
+
+def params_of(args: argparse.Namespace) -> JoinParams:
+    return JoinParams(args.before, args.after, args.grace, args.kind, args.now_ms)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline join",
+        description="The reference (batch) join over Parquet or topics, same semantics as "
+        "tables/ (docs/join-semantics.md).",
+    )
+    add_join_arguments(parser)
+    parser.add_argument("--out", type=Path, help="write the results here as Parquet")
+    return parser
+
+
+def summarize(output: JoinOutput) -> dict[str, int]:
+    """Counts of results by kind and of skipped input records, in one pass each."""
+    from pyspark.sql import functions as F
+
+    counts = {f"results_{r['kind']}": int(r["count"])
+              for r in output.results.groupBy("kind").count().collect()}
+    skipped = output.decoded.agg(
+        F.count("*").alias("valid"),
+        F.sum(F.col("late").cast("int")).alias("late"),
+        F.sum(F.col("duplicate").cast("int")).alias("duplicate"),
+    ).first()
+    assert skipped is not None
+    counts.update({k: int(skipped[k] or 0) for k in ("valid", "late", "duplicate")})
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from pipeline.spark import progress, session
+
+    began = time.monotonic()
+    spark = session(args.master, "tandem-join")
+    output = reference_join(input_frame(spark, args), params_of(args))
+    print(f"join: {args.kind} join of {args.input or args.bootstrap}", flush=True)
+    with progress(spark, "join"):
+        if args.out:
+            output.results.write.mode("overwrite").parquet(str(args.out))
+            print(f"join: results written to {args.out}", flush=True)
+        counts = summarize(output)
+    for name, value in sorted(counts.items()):
+        print(f"  {name:<16} {value:>12,}")
+    print(f"join: done in {time.monotonic() - began:.1f} s", flush=True)
+    return 0

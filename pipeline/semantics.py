@@ -1,0 +1,135 @@
+"""The join contract (docs/join-semantics.md), record by record, in plain Python.
+
+This is the readable statement of the semantics that the Spark job in
+`pipeline.join` computes in bulk; the tests hold the two (and `tables/`) to the
+same answers. It replays records in arrival order, one partition at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tables.records import Rejected, validate
+
+JoinKind = Literal["inner", "left", "outer"]
+SIDE_OF_TOPIC = {"impressions": "left", "clicks": "right"}
+
+
+@dataclass(frozen=True, slots=True)
+class JoinParams:
+    before: int = 0
+    after: int = 600_000
+    grace: int = 60_000
+    kind: JoinKind = "inner"
+    now_ms: int | None = None  # None: no wall-clock check (a backfill over old data)
+
+    def close(self, side: str, ts: int) -> int:
+        """The last stream time at which a record of `side` with `ts` can still join."""
+        return ts + (self.after if side == "left" else self.before) + self.grace
+
+    def matches(self, left_ts: int, right_ts: int) -> bool:
+        return left_ts - self.before <= right_ts <= left_ts + self.after
+
+
+def result(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """One output record in the `ad-joins` format."""
+    anchor = left or right
+    assert anchor is not None
+    ts = max(r["ts"] for r in (left, right) if r is not None)
+    kind = "inner" if left and right else ("left" if left else "right")
+    impression_id = left["event_id"] if left else None
+    click_id = right["event_id"] if right else None
+    return {
+        "join_id": f"{impression_id or ''}|{click_id or ''}",
+        "auction_id": anchor["auction_id"],
+        "campaign_id": left["campaign_id"] if left else None,
+        "impression_id": impression_id,
+        "click_id": click_id,
+        "impression_ts": left["ts"] if left else None,
+        "click_ts": right["ts"] if right else None,
+        "ts": ts,
+        "kind": kind,
+    }
+
+
+@dataclass
+class _Stored:
+    side: str
+    record: dict[str, Any]
+    matched: bool = False
+
+
+@dataclass
+class PartitionJoin:
+    """The state of one task (partition): stream time, the window stores, seen event ids."""
+
+    params: JoinParams
+    stream_time: int | None = None
+    stores: dict[tuple[str, str], list[_Stored]] = field(default_factory=lambda: defaultdict(list))
+    expiry: list[tuple[int, int, _Stored]] = field(default_factory=list)
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def process(self, side: str, key: bytes | None, value: bytes | None) -> list[dict[str, Any]]:
+        record = validate(side, key, value, self.params.now_ms)  # type: ignore[arg-type]
+        if isinstance(record, Rejected):
+            self.counts["rejected"] += 1
+            return []
+        close = self.params.close(side, record["ts"])
+        if self.stream_time is not None and close < self.stream_time:
+            self.counts["late"] += 1
+            return []
+        if (side, record["event_id"]) in self.seen:
+            self.counts["duplicate"] += 1
+            return []
+        self.seen.add((side, record["event_id"]))
+        out = self._match(side, record)
+        if self.stream_time is None or record["ts"] > self.stream_time:
+            self.stream_time = record["ts"]
+        return out + self._expire()
+
+    def _match(self, side: str, record: dict[str, Any]) -> list[dict[str, Any]]:
+        mine = _Stored(side, record)
+        other = "right" if side == "left" else "left"
+        out = []
+        for stored in self.stores[(other, record["auction_id"])]:
+            left, right = (record, stored.record) if side == "left" else (stored.record, record)
+            if self.params.matches(left["ts"], right["ts"]):
+                stored.matched = mine.matched = True
+                out.append(result(left, right))
+        self.stores[(side, record["auction_id"])].append(mine)
+        close = self.params.close(side, record["ts"])
+        heapq.heappush(self.expiry, (close, id(mine), mine))
+        return out
+
+    def _expire(self) -> list[dict[str, Any]]:
+        """Drop records whose window closed; emit the unmatched ones the join kind keeps."""
+        out = []
+        assert self.stream_time is not None
+        while self.expiry and self.expiry[0][0] < self.stream_time:
+            _, _, stored = heapq.heappop(self.expiry)
+            self.stores[(stored.side, stored.record["auction_id"])].remove(stored)
+            if not stored.matched and self._emits_unmatched(stored.side):
+                pair = (stored.record, None) if stored.side == "left" else (None, stored.record)
+                out.append(result(*pair))
+        return out
+
+    def _emits_unmatched(self, side: str) -> bool:
+        kind = self.params.kind
+        return kind == "outer" or (kind == "left" and side == "left")
+
+
+def sequential_join(
+    records: Iterable[tuple[int, str, bytes | None, bytes | None]], params: JoinParams
+) -> list[dict[str, Any]]:
+    """Results of (partition, side, key, value) records given in arrival order."""
+    tasks: dict[int, PartitionJoin] = {}
+    out: list[dict[str, Any]] = []
+    for partition, side, key, value in records:
+        task = tasks.setdefault(partition, PartitionJoin(params))
+        out.extend({**r, "partition": partition} for r in task.process(side, key, value))
+    return out
