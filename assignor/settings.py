@@ -1,0 +1,75 @@
+"""Settings of the Tandem assignor, with defaults and environment overrides.
+
+| setting | environment variable | default |
+| --- | --- | --- |
+| standby_replicas | TANDEM_STANDBY_REPLICAS | the app's ``table_standby_replicas`` (Faust: 1) |
+| host | TANDEM_HOST | this machine's host name |
+| rack | TANDEM_RACK | none |
+| capacity | TANDEM_CAPACITY | 1.0 |
+| acceptable_recovery_lag | TANDEM_ACCEPTABLE_RECOVERY_LAG | 10000 records |
+
+Explicit arguments to :meth:`TandemSettings.from_env` win over the environment,
+which wins over the defaults.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+ENV_PREFIX = "TANDEM_"
+DEFAULT_RECOVERY_LAG = 10_000
+
+
+class SettingsError(ValueError):
+    """A Tandem setting has a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class TandemSettings:
+    standby_replicas: int = 1
+    host: str = ""
+    rack: str = ""
+    capacity: float = 1.0
+    # A member's local state counts as warm for a task when its changelog offset
+    # is at most this many records behind the freshest copy any member reports.
+    acceptable_recovery_lag: int = DEFAULT_RECOVERY_LAG
+
+    def __post_init__(self) -> None:
+        if self.standby_replicas < 0:
+            raise SettingsError(f"standby_replicas must be >= 0, not {self.standby_replicas}")
+        if not (math.isfinite(self.capacity) and self.capacity > 0):
+            raise SettingsError(f"capacity must be a positive number, not {self.capacity}")
+        if self.acceptable_recovery_lag < 0:
+            raise SettingsError(
+                f"acceptable_recovery_lag must be >= 0, not {self.acceptable_recovery_lag}"
+            )
+        if not self.host:
+            object.__setattr__(self, "host", socket.gethostname())
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, **overrides: Any
+    ) -> TandemSettings:
+        """Defaults, then ``TANDEM_*`` variables, then ``overrides`` (None means unset)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            raw = env.get(ENV_PREFIX + field.name.upper())
+            if raw is not None and raw.strip() != "":
+                values[field.name] = _parse(field.name, raw.strip())
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _parse(name: str, raw: str) -> Any:
+    converters = {"standby_replicas": int, "acceptable_recovery_lag": int, "capacity": float}
+    convert = converters.get(name, str)
+    try:
+        return convert(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{ENV_PREFIX}{name.upper()}={raw!r}: {exc}") from exc

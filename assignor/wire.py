@@ -1,0 +1,379 @@
+"""Tandem's versioned, compact wire format for consumer-group user data.
+
+Every message starts with a 4-byte header: ``b"TD"``, a version byte and a
+flags byte (bit 0: the body is zlib-compressed). The body is a compact binary
+encoding: unsigned LEB128 varints, strings as length + UTF-8, a table of topic
+names referenced by index, and partition sets as sorted deltas. Topics holding
+the same partitions (a co-partition group) share one entry, so a member's three
+co-partitioned topics cost one partition list, not three.
+
+Three messages:
+
+* :class:`Subscription` (member -> leader): the member's own state only
+  (previous actives and standbys, epoch, url, host, rack, capacity, and the
+  changelog offsets of state on its disk), never a map of the cluster.
+* :class:`Assignment` (leader -> member): the member's own actives and
+  standbys, the group's co-partition groups, the leader's url and the
+  rebalance's statistics.
+* :class:`RoutingTable` (leader -> anyone who asks): which member url owns
+  each partition, for key routing; too big to send to every member, so it is
+  served separately (see docs/assignor-adapter.md).
+
+Decoders raise :class:`WireError` for anything they cannot read;
+:func:`read_subscription` turns that into "no history" with a warning, so
+the leader never crashes on a member's bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"TD"
+VERSION = 1
+FLAG_ZLIB = 0x01
+KIND_SUBSCRIPTION, KIND_ASSIGNMENT, KIND_ROUTING = 1, 2, 3
+HEADER = struct.Struct(">2sBB")
+MAX_BODY = 64 * 1024 * 1024  # refuse zip bombs: no real body comes near this
+
+TopicPartitions = dict[str, list[int]]
+
+
+class WireError(ValueError):
+    """Bytes that are not a readable Tandem message of the expected kind."""
+
+
+@dataclass(frozen=True)
+class Subscription:
+    epoch: int = 0
+    url: str = ""
+    host: str = ""
+    rack: str = ""
+    capacity: float = 1.0
+    previous_active: TopicPartitions = field(default_factory=dict)
+    previous_standby: TopicPartitions = field(default_factory=dict)
+    local_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+
+
+NO_HISTORY = Subscription()
+
+
+@dataclass(frozen=True)
+class RebalanceStats:
+    """Stateful tasks kept by their owner, moved to a warm or a cold member."""
+
+    tasks: int = 0
+    kept: int = 0
+    moved_warm: int = 0
+    moved_cold: int = 0
+    plan_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Assignment:
+    epoch: int = 0
+    active: TopicPartitions = field(default_factory=dict)
+    standby: TopicPartitions = field(default_factory=dict)
+    topic_groups: list[list[str]] = field(default_factory=list)
+    leader_url: str = ""
+    stats: RebalanceStats = field(default_factory=RebalanceStats)
+
+
+@dataclass(frozen=True)
+class RoutingTable:
+    """Owner of every partition of every group: ``owners[g][p]`` indexes ``urls``."""
+
+    epoch: int = 0
+    urls: list[str] = field(default_factory=list)
+    groups: list[list[str]] = field(default_factory=list)
+    owners: list[list[int]] = field(default_factory=list)  # -1: no owner
+
+    def owner(self, topic: str, partition: int) -> str | None:
+        for topics, owners in zip(self.groups, self.owners, strict=True):
+            if topic in topics and 0 <= partition < len(owners) and owners[partition] >= 0:
+                return self.urls[owners[partition]]
+        return None
+
+
+# ---------------------------------------------------------------- writer
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.names: dict[str, int] = {}
+
+    def uint(self, value: int) -> None:
+        if value < 0:
+            raise WireError(f"negative value {value} where an unsigned one belongs")
+        while value >= 0x80:
+            self.buf.append((value & 0x7F) | 0x80)
+            value >>= 7
+        self.buf.append(value)
+
+    def sint(self, value: int) -> None:
+        self.uint(value * 2 if value >= 0 else -value * 2 - 1)  # zigzag
+
+    def text(self, value: str) -> None:
+        raw = value.encode("utf-8")
+        self.uint(len(raw))
+        self.buf += raw
+
+    def double(self, value: float) -> None:
+        self.buf += struct.pack(">d", value)
+
+    def topic(self, name: str) -> None:
+        self.uint(self.names.setdefault(name, len(self.names)))
+
+    def partitions(self, partitions: Iterable[int]) -> None:
+        ordered = sorted(set(partitions))
+        self.uint(len(ordered))
+        previous = -1
+        for partition in ordered:
+            self.uint(partition - previous - 1)
+            previous = partition
+
+    def topic_partitions(self, mapping: Mapping[str, Iterable[int]]) -> None:
+        """Topics with equal partition sets share one entry."""
+        shared: dict[tuple[int, ...], list[str]] = {}
+        for topic in sorted(mapping):
+            parts = tuple(sorted(set(mapping[topic])))
+            if parts:
+                shared.setdefault(parts, []).append(topic)
+        self.uint(len(shared))
+        for parts, topics in shared.items():
+            self.uint(len(topics))
+            for topic in topics:
+                self.topic(topic)
+            self.partitions(parts)
+
+    def finish(self, kind: int) -> bytes:
+        table = _Writer()
+        table.uint(kind)
+        table.uint(len(self.names))
+        for name in self.names:  # dicts keep insertion order = index order
+            table.text(name)
+        body = bytes(table.buf + self.buf)
+        packed = zlib.compress(body, 9)
+        if len(packed) < len(body):
+            return HEADER.pack(MAGIC, VERSION, FLAG_ZLIB) + packed
+        return HEADER.pack(MAGIC, VERSION, 0) + body
+
+
+# ---------------------------------------------------------------- reader
+
+
+class _Reader:
+    def __init__(self, data: bytes, kind: int) -> None:
+        self.data = memoryview(_body(data))
+        self.pos = 0
+        if self.uint() != kind:
+            raise WireError(f"not a message of kind {kind}")
+        self.names = [self.text() for _ in range(self.count())]
+
+    def uint(self) -> int:
+        value = shift = 0
+        while True:
+            if self.pos >= len(self.data) or shift > 63:
+                raise WireError("truncated or overlong varint")
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+
+    def sint(self) -> int:
+        raw = self.uint()
+        return raw // 2 if raw % 2 == 0 else -(raw + 1) // 2
+
+    def count(self) -> int:
+        """A length that the remaining bytes could possibly hold (no huge allocations)."""
+        value = self.uint()
+        if value > len(self.data) - self.pos:
+            raise WireError(f"count {value} exceeds the {len(self.data) - self.pos} bytes left")
+        return value
+
+    def raw(self, size: int) -> bytes:
+        if self.pos + size > len(self.data):
+            raise WireError("truncated")
+        chunk = bytes(self.data[self.pos : self.pos + size])
+        self.pos += size
+        return chunk
+
+    def text(self) -> str:
+        try:
+            return self.raw(self.count()).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WireError(f"bad UTF-8: {exc}") from exc
+
+    def double(self) -> float:
+        return float(struct.unpack(">d", self.raw(8))[0])
+
+    def topic(self) -> str:
+        index = self.uint()
+        if index >= len(self.names):
+            raise WireError(f"topic index {index} out of range")
+        return self.names[index]
+
+    def partitions(self) -> list[int]:
+        result: list[int] = []
+        previous = -1
+        for _ in range(self.count()):
+            previous += self.uint() + 1
+            result.append(previous)
+        return result
+
+    def topic_partitions(self) -> TopicPartitions:
+        result: TopicPartitions = {}
+        for _ in range(self.count()):
+            topics = [self.topic() for _ in range(self.count())]
+            parts = self.partitions()
+            for topic in topics:
+                result[topic] = list(parts)
+        return result
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise WireError(f"{len(self.data) - self.pos} trailing bytes")
+
+
+def _body(data: bytes) -> bytes:
+    if len(data) < HEADER.size:
+        raise WireError(f"{len(data)} bytes: shorter than the header")
+    magic, version, flags = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise WireError(f"foreign user data (starts with {bytes(data[:4])!r})")
+    if version != VERSION:
+        raise WireError(f"wire version {version}; this worker reads version {VERSION}")
+    body = bytes(data[HEADER.size :])
+    if not flags & FLAG_ZLIB:
+        return body
+    try:
+        inflater = zlib.decompressobj()
+        out = inflater.decompress(body, MAX_BODY)
+    except zlib.error as exc:
+        raise WireError(f"bad zlib body: {exc}") from exc
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise WireError("zlib body truncated or larger than allowed")
+    return out
+
+
+def is_tandem(data: bytes | None) -> bool:
+    """Whether ``data`` claims to be a Tandem message (any version)."""
+    return bool(data) and bytes(data[:2]) == MAGIC  # type: ignore[index]
+
+
+# ---------------------------------------------------------------- messages
+
+
+def encode_subscription(sub: Subscription) -> bytes:
+    w = _Writer()
+    w.uint(sub.epoch)
+    for value in (sub.url, sub.host, sub.rack):
+        w.text(value)
+    w.double(sub.capacity)
+    w.topic_partitions(sub.previous_active)
+    w.topic_partitions(sub.previous_standby)
+    offsets = {t: o for t, o in sorted(sub.local_offsets.items()) if o}
+    w.uint(len(offsets))
+    for topic, by_partition in offsets.items():
+        w.topic(topic)
+        w.partitions(by_partition)
+        for partition in sorted(by_partition):
+            w.sint(by_partition[partition])
+    return w.finish(KIND_SUBSCRIPTION)
+
+
+def decode_subscription(data: bytes) -> Subscription:
+    r = _Reader(data, KIND_SUBSCRIPTION)
+    epoch = r.uint()
+    url, host, rack = r.text(), r.text(), r.text()
+    capacity = r.double()
+    active, standby = r.topic_partitions(), r.topic_partitions()
+    offsets: dict[str, dict[int, int]] = {}
+    for _ in range(r.count()):
+        topic = r.topic()
+        partitions = r.partitions()
+        offsets[topic] = {p: r.sint() for p in partitions}
+    r.end()
+    return Subscription(epoch, url, host, rack, capacity, active, standby, offsets)
+
+
+def read_subscription(data: bytes | None, member: str) -> tuple[Subscription, str | None]:
+    """Decode a member's subscription; unreadable bytes mean "no history", with a warning."""
+    if not data:
+        return NO_HISTORY, None  # a new member that has nothing to tell
+    try:
+        return decode_subscription(data), None
+    except WireError as exc:
+        warning = f"member {member}: unreadable subscription user data ({exc}); no history"
+        log.warning("%s", warning)
+        return NO_HISTORY, warning
+
+
+def encode_assignment(assignment: Assignment) -> bytes:
+    w = _Writer()
+    w.uint(assignment.epoch)
+    w.text(assignment.leader_url)
+    w.topic_partitions(assignment.active)
+    w.topic_partitions(assignment.standby)
+    _write_groups(w, assignment.topic_groups)
+    s = assignment.stats
+    for value in (s.tasks, s.kept, s.moved_warm, s.moved_cold, s.plan_ms):
+        w.uint(value)
+    return w.finish(KIND_ASSIGNMENT)
+
+
+def decode_assignment(data: bytes) -> Assignment:
+    r = _Reader(data, KIND_ASSIGNMENT)
+    epoch = r.uint()
+    leader_url = r.text()
+    active, standby = r.topic_partitions(), r.topic_partitions()
+    groups = _read_groups(r)
+    stats = RebalanceStats(*(r.uint() for _ in range(5)))
+    r.end()
+    return Assignment(epoch, active, standby, groups, leader_url, stats)
+
+
+def encode_routing(table: RoutingTable) -> bytes:
+    w = _Writer()
+    w.uint(table.epoch)
+    w.uint(len(table.urls))
+    for url in table.urls:
+        w.text(url)
+    _write_groups(w, table.groups)
+    for owners in table.owners:
+        w.uint(len(owners))
+        for owner in owners:
+            w.uint(owner + 1)  # -1 (no owner) becomes 0
+    return w.finish(KIND_ROUTING)
+
+
+def decode_routing(data: bytes) -> RoutingTable:
+    r = _Reader(data, KIND_ROUTING)
+    epoch = r.uint()
+    urls = [r.text() for _ in range(r.count())]
+    groups = _read_groups(r)
+    owners = [[r.uint() - 1 for _ in range(r.count())] for _ in groups]
+    if any(o >= len(urls) for row in owners for o in row):
+        raise WireError("owner index out of range")
+    r.end()
+    return RoutingTable(epoch, urls, groups, owners)
+
+
+def _write_groups(w: _Writer, groups: list[list[str]]) -> None:
+    w.uint(len(groups))
+    for topics in groups:
+        w.uint(len(topics))
+        for topic in topics:
+            w.topic(topic)
+
+
+def _read_groups(r: _Reader) -> list[list[str]]:
+    return [[r.topic() for _ in range(r.count())] for _ in range(r.count())]
