@@ -1,0 +1,93 @@
+"""Hypothesis strategies for planner scenarios (docs/scenario-format.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+
+@st.composite
+def scenarios(
+    draw: st.DrawFn,
+    max_members: int = 5,
+    max_partitions: int = 6,
+    uniform: bool = False,
+    capacities: bool = True,
+) -> dict[str, Any]:
+    """Valid scenarios: a join group (maybe stateful), lone topics, random history."""
+    join_size = draw(st.integers(0, max_partitions))
+    join = ["clicks", "impressions"] + (["joins-changelog"] if draw(st.booleans()) else [])
+    lone = draw(st.lists(st.sampled_from(["audit", "ledger"]), unique=True, max_size=2))
+    topics = {t: join_size for t in join}
+    topics |= {t: draw(st.integers(0, max_partitions)) for t in lone}
+    names = [f"w{i}" for i in range(draw(st.integers(1, max_members)))]
+    hosts = draw(st.sampled_from([None, ["h0"], ["h0", "h1"], ["h0", "h1", "h2"]]))
+    racks = draw(st.sampled_from([None, ["r0", "r1"]]))
+    members = {}
+    for name in names:
+        subscribed = list(topics) if uniform else draw(st.lists(st.sampled_from(list(topics)), unique=True))
+        member: dict[str, Any] = {"topics": subscribed}
+        if hosts:
+            member["host"] = draw(st.sampled_from(hosts))
+        if racks:
+            member["rack"] = draw(st.sampled_from(racks))
+        if capacities:
+            member["capacity"] = draw(st.sampled_from([1, 1, 2, 3]))
+        member["epoch"] = draw(st.integers(0, 3))
+        member["previous_active"] = _partitions(draw, topics)
+        if "joins-changelog" in topics:
+            member["previous_standby"] = _partitions(draw, {"joins-changelog": join_size})
+            offsets = draw(st.lists(st.integers(0, max(join_size - 1, 0)), max_size=3, unique=True))
+            if join_size:
+                member["local_offsets"] = {
+                    "joins-changelog": {str(p): draw(st.integers(0, 1000)) for p in offsets}
+                }
+        members[name] = member
+    scenario: dict[str, Any] = {
+        "topics": topics,
+        "copartition_groups": [join],
+        "standby_replicas": draw(st.integers(0, 2)),
+        "members": members,
+    }
+    if "joins-changelog" in topics:
+        scenario["changelog_topics"] = ["joins-changelog"]
+    return scenario
+
+
+def _partitions(draw: st.DrawFn, topics: dict[str, int]) -> dict[str, list[int]]:
+    chosen: dict[str, list[int]] = {}
+    for topic, count in topics.items():
+        if count and draw(st.booleans()):
+            chosen[topic] = sorted(draw(st.sets(st.integers(0, count - 1), max_size=count)))
+    return chosen
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats() | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=25,
+)
+
+
+@st.composite
+def garbled_scenarios(draw: st.DrawFn) -> Any:
+    """A valid scenario with random fields replaced by random JSON, or pure garbage."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(json_values)
+    scenario = draw(scenarios())
+    for _ in range(draw(st.integers(1, 4))):
+        target = scenario
+        path = draw(st.sampled_from(["top", "member", "member-field"]))
+        if path != "top" and isinstance(scenario.get("members"), dict) and scenario["members"]:
+            member = draw(st.sampled_from(sorted(scenario["members"])))
+            if path == "member":
+                scenario["members"][member] = draw(json_values)
+                continue
+            target = scenario["members"][member]
+            if not isinstance(target, dict):
+                continue
+        key = draw(st.sampled_from(sorted(target) + ["extra"]))
+        target[key] = draw(json_values)
+    return scenario

@@ -1,0 +1,234 @@
+"""Seed examples from KIP-315 and KIP-54, Faust's known failures, fencing and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assignor import plan, plan_with_stats
+from tests import planner_checks as check
+
+ROOT = Path(__file__).resolve().parents[1]
+JOIN = ["impressions", "clicks"]
+
+
+def _join_scenario(previous: dict[str, list[int]], partitions: int = 10) -> dict[str, Any]:
+    return {
+        "topics": {t: partitions for t in JOIN},
+        "copartition_groups": [list(JOIN)],
+        "members": {
+            m: {"topics": list(JOIN), "epoch": 1, "previous_active": {t: list(ps) for t in JOIN}}
+            for m, ps in previous.items()
+        },
+    }
+
+
+def _active(assignment: dict[str, Any], member: str, topic: str) -> list[int]:
+    return assignment["members"].get(member, {}).get("active", {}).get(topic, [])
+
+
+def test_kip315_member_leaves_only_its_partitions_move() -> None:
+    before = {"A": [0, 1, 2], "B": [3, 4, 5], "C": [6, 7], "D": [8, 9]}
+    scn = _join_scenario({m: ps for m, ps in before.items() if m != "D"})
+    after = plan(scn)
+    for member, partitions in before.items():
+        if member != "D":
+            for topic in JOIN:
+                assert set(partitions) <= set(_active(after, member, topic))
+    assert sorted(len(_active(after, m, "clicks")) for m in "ABC") == [3, 3, 4]
+    assert set(_active(after, "C", "clicks")) & {8, 9}, "C was short: it takes one of D's"
+
+
+KIP54_TOPICS = {"t0": 2, "t1": 2, "t2": 2, "t3": 2}
+
+
+def test_kip54_example1_removal_keeps_every_surviving_partition() -> None:
+    round_robin = {
+        "C0": {"t0": [0], "t1": [1], "t3": [0]},
+        "C2": {"t1": [0], "t2": [1]},
+    }  # C1 (t0p1, t2p0, t3p1) has left
+    scn = {
+        "topics": KIP54_TOPICS,
+        "members": {
+            m: {"topics": list(KIP54_TOPICS), "epoch": 1, "previous_active": prev}
+            for m, prev in round_robin.items()
+        },
+    }
+    after = plan(scn)
+    assert after["members"]["C0"]["active"] == {"t0": [0], "t1": [1], "t2": [0], "t3": [0]}
+    assert after["members"]["C2"]["active"] == {"t0": [1], "t1": [0], "t2": [1], "t3": [1]}
+
+
+def _kip54_example2(members: list[str], previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    subscriptions = {"C0": ["t0"], "C1": ["t0", "t1"], "C2": ["t0", "t1", "t2"]}
+    return {
+        "topics": {"t0": 1, "t1": 2, "t2": 3},
+        "members": {
+            m: {"topics": subscriptions[m], "epoch": 1, "previous_active": (previous or {}).get(m, {})}
+            for m in members
+        },
+    }
+
+
+def test_kip54_example2_unequal_subscriptions_balance() -> None:
+    after = plan(_kip54_example2(["C0", "C1", "C2"]))
+    assert after["members"]["C0"]["active"] == {"t0": [0]}
+    assert after["members"]["C1"]["active"] == {"t1": [0, 1]}
+    assert after["members"]["C2"]["active"] == {"t2": [0, 1, 2]}
+
+
+def test_kip54_example3_removal_preserves_the_rest() -> None:
+    previous = {"C1": {"t1": [0, 1]}, "C2": {"t2": [0, 1, 2]}}  # example 2's result, C0 gone
+    after = plan(_kip54_example2(["C1", "C2"], previous))
+    assert after["members"]["C1"]["active"] == {"t0": [0], "t1": [0, 1]}
+    assert after["members"]["C2"]["active"] == {"t2": [0, 1, 2]}
+
+
+def test_faust_gap_scale_out_with_standbys_gives_the_new_worker_its_share() -> None:
+    topics = ["impressions", "clicks", "joins-changelog"]
+    half = {"w1": list(range(6)), "w2": list(range(6, 12))}
+    members: dict[str, Any] = {
+        m: {
+            "topics": topics,
+            "epoch": 4,
+            "previous_active": {t: ps for t in topics},
+            "previous_standby": {"joins-changelog": half["w2" if m == "w1" else "w1"]},
+        }
+        for m, ps in half.items()
+    }
+    members["w3"] = {"topics": topics}
+    scn = {
+        "topics": {t: 12 for t in topics},
+        "copartition_groups": [topics],
+        "changelog_topics": ["joins-changelog"],
+        "standby_replicas": 1,
+        "members": members,
+    }
+    result = plan_with_stats(scn)
+    assert result.stats.actives == {"w1": 4, "w2": 4, "w3": 4}
+    assert result.stats.kept == 8 and result.stats.moved_cold + result.stats.moved_warm == 4
+    assert result.stats.standbys == {"w1": 4, "w2": 4, "w3": 4}
+
+
+def test_faust_gap_lone_single_partition_topics_do_not_pile_up() -> None:
+    topics = {f"t{i}": 1 for i in range(5)}
+    scn = {"topics": topics, "members": {m: {"topics": list(topics)} for m in ["a", "b", "c"]}}
+    result = plan_with_stats(scn)
+    assert sorted(result.stats.actives.values()) == [1, 2, 2]
+
+
+def test_restarted_member_gets_its_partitions_back_from_local_state() -> None:
+    topics = ["impressions", "clicks", "joins-changelog"]
+    scn = {
+        "topics": {t: 6 for t in topics},
+        "copartition_groups": [topics],
+        "changelog_topics": ["joins-changelog"],
+        "members": {
+            "w1": {"topics": topics, "epoch": 3, "previous_active": {t: [0, 1] for t in topics}},
+            "w2": {"topics": topics, "epoch": 3, "previous_active": {t: [2, 3] for t in topics}},
+            # w3 restarted: no history in memory, but its RocksDB files survived.
+            "w3": {"topics": topics, "local_offsets": {"joins-changelog": {"4": 900, "5": 950}}},
+        },
+    }
+    result = plan_with_stats(scn)
+    assert _active(result.assignment, "w3", "clicks") == [4, 5]
+    assert (result.stats.kept, result.stats.moved_warm, result.stats.moved_cold) == (4, 2, 0)
+
+
+def test_warm_promotion_prefers_the_freshest_state() -> None:
+    topics = ["impressions", "clicks", "joins-changelog"]
+    scn = {
+        "topics": {t: 2 for t in topics},
+        "copartition_groups": [topics],
+        "changelog_topics": ["joins-changelog"],
+        "members": {
+            "a": {"topics": topics, "epoch": 2, "previous_active": {t: [0] for t in topics}},
+            "stale": {"topics": topics, "local_offsets": {"joins-changelog": {"1": 10}}},
+            "fresh": {"topics": topics, "local_offsets": {"joins-changelog": {"1": 500}}},
+        },
+    }
+    after = plan(scn)
+    assert _active(after, "fresh", "clicks") == [1]
+
+
+def test_higher_epoch_claim_wins_and_a_tie_voids_both() -> None:
+    scn = _join_scenario({"old": [0, 1], "new": [0]}, partitions=2)
+    scn["members"]["old"]["epoch"] = 3  # a zombie from an older generation
+    scn["members"]["new"]["epoch"] = 5
+    after = plan(scn)
+    assert _active(after, "new", "clicks") == [0] and _active(after, "old", "clicks") == [1]
+    assert any("new wins" in w for w in after["warnings"])
+    scn["members"]["old"]["epoch"] = 5
+    tie = plan_with_stats(scn)
+    assert tie.stats.kept == 1  # partition 1 only: nobody keeps the tied partition 0
+    assert any("tie" in w for w in tie.assignment["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda s: s["members"]["w1"]["topics"].append("nope"), "unknown topics"),
+        (lambda s: s["members"]["w1"]["previous_active"].update({"clicks": [0, 99]}), "invalid partitions"),
+        (lambda s: s["members"]["w1"].update({"epoch": -4}), "epoch -4"),
+        (lambda s: s["topics"].update({"clicks": 5}), "mismatched partition counts"),
+        (lambda s: s["members"]["w2"].update({"topics": ["clicks"]}), "part of co-partition group"),
+        (lambda s: s.update({"copartition_groups": [["ghost"], JOIN]}), "no known topic"),
+        (lambda s: s["members"].update({"w3": "\x00garbage"}), "unreadable"),
+        (lambda s: s["members"]["w1"].update({"capacity": 0}), "capacity 0"),
+        (lambda s: s.update({"standby_replicas": "two"}), "standby_replicas"),
+    ],
+)
+def test_bad_input_gives_a_warning_and_a_valid_assignment(mutate: Any, expected: str) -> None:
+    scn = _join_scenario({"w1": [0, 1], "w2": [2]}, partitions=4)
+    mutate(scn)
+    assignment = plan(scn)
+    assert any(expected in w for w in assignment["warnings"]), assignment["warnings"]
+    cleaned = json.loads(json.dumps(scn))
+    cleaned["members"] = {m: d for m, d in cleaned["members"].items() if isinstance(d, dict)}
+    for d in cleaned["members"].values():
+        d["topics"] = [t for t in d["topics"] if t in cleaned["topics"]]
+    counts = {cleaned["topics"][t] for t in JOIN}
+    if len(counts) == 1 and all(isinstance(g, list) for g in cleaned.get("copartition_groups", [])):
+        cleaned["copartition_groups"] = [JOIN]
+        check.task_owner(cleaned, assignment)
+
+
+def test_group_nobody_can_take_is_unassigned_with_a_reason() -> None:
+    scn = {"topics": {"a": 2, "b": 1}, "members": {"w": {"topics": ["a"]}}}
+    assignment = plan(scn)
+    assert assignment["unassigned"] == {"b": [0]}
+    assert any("unassigned" in w for w in assignment["warnings"])
+
+
+def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "assignor", "plan", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_reads_a_file_and_stdin_identically() -> None:
+    example = ROOT / "docs" / "examples" / "scenario.json"
+    from_file = _cli(str(example))
+    from_stdin = _cli("-", stdin=example.read_text())
+    assert from_file.returncode == 0 and from_file.stdout == from_stdin.stdout
+    assert json.loads(from_file.stdout) == plan(json.loads(example.read_text()))
+
+
+def test_cli_summary_and_garbage() -> None:
+    summary = _cli("--summary", str(ROOT / "docs" / "examples" / "scenario.json"))
+    assert summary.returncode == 0
+    assert "tasks retained 7, moved warm 1, moved cold 5" in summary.stdout
+    garbage = _cli("-", stdin="{not json")
+    assert garbage.returncode == 0
+    assert "not valid JSON" in json.loads(garbage.stdout)["warnings"][0]

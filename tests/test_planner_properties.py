@@ -1,0 +1,105 @@
+"""The ten properties of docs/scenario-format.md, checked with hypothesis."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assignor import plan
+from tests import planner_checks as check
+from tests.planner_strategies import garbled_scenarios, scenarios
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(scenarios())
+def test_valid_and_copartitioned(scn: dict[str, Any]) -> None:
+    assignment = plan(scn)
+    check.task_owner(scn, assignment)  # asserts one subscribed owner per task, co-partitioned
+    assert set(assignment) == {"epoch", "members", "unassigned", "warnings"}
+
+
+@FAST
+@given(scenarios(uniform=True))
+def test_balanced_per_group_and_in_total(scn: dict[str, Any]) -> None:
+    owners = check.task_owner(scn, plan(scn))
+    assert check.is_balanced(scn, owners)
+
+
+@FAST
+@given(scenarios(capacities=False))
+def test_kip54_rule_with_unequal_subscriptions(scn: dict[str, Any]) -> None:
+    """No member two or more tasks short of another could take one of its tasks."""
+    owners = check.task_owner(scn, plan(scn))
+    _, total = check.counts(owners)
+    groups = check.groups_of(scn)
+    for (g, _), holder in owners.items():
+        for other in check.eligible(scn, groups[g]):
+            assert total.get(other, 0) >= total[holder] - 1, (holder, other, total)
+
+
+@settings(max_examples=120, deadline=None)
+@given(scenarios(max_members=3, max_partitions=4, uniform=True))
+def test_sticky_and_warm_exactly_as_the_exhaustive_oracle(scn: dict[str, Any]) -> None:
+    owners = check.task_owner(scn, plan(scn))
+    assert check.kept_and_warm(scn, owners) == check.oracle_best(scn)
+
+
+@FAST
+@given(scenarios())
+def test_standbys_count_placement_and_hosts(scn: dict[str, Any]) -> None:
+    assignment = plan(scn)
+    owners = check.task_owner(scn, assignment)
+    check.check_standbys(scn, assignment, owners)
+
+
+@FAST
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_deterministic_whatever_the_json_order(scn: dict[str, Any], rnd: random.Random) -> None:
+    assert plan(_shuffled(scn, rnd)) == plan(scn)
+
+
+@FAST
+@given(scenarios())
+def test_idempotent_when_fed_back(scn: dict[str, Any]) -> None:
+    first = plan(scn)
+    second = plan(check.feed_back(scn, first))
+    assert second["members"] == first["members"]
+    assert second["unassigned"] == first["unassigned"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(garbled_scenarios())
+def test_total_on_garbage(raw: Any) -> None:
+    before = copy.deepcopy(raw)
+    assignment = plan(raw)
+    assert set(assignment) == {"epoch", "members", "unassigned", "warnings"}
+    assert isinstance(assignment["epoch"], int) and assignment["epoch"] >= 1
+    json.dumps(assignment)  # serialisable
+    assert raw == before or raw != raw  # the input is not mutated (NaN compares unequal)
+    for entry in assignment["members"].values():
+        for kind in ("active", "standby"):
+            for partitions in entry[kind].values():
+                assert partitions == sorted(set(partitions))
+    if not any("internal planner error" in w for w in assignment["warnings"]):
+        return
+    raise AssertionError(assignment["warnings"])
+
+
+def _shuffled(value: Any, rnd: random.Random) -> Any:
+    """The same JSON with every object's keys, and every partition list, in another order."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        rnd.shuffle(items)
+        return {k: _shuffled(v, rnd) for k, v in items}
+    if isinstance(value, list):
+        items = [_shuffled(v, rnd) for v in value]
+        rnd.shuffle(items)
+        return items
+    return value
