@@ -1,0 +1,101 @@
+"""End to end: real `faust -A app worker` processes on the embedded broker.
+
+Every wait is bounded; workers are stopped by their process ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.broker import EmbeddedBroker
+from app.cluster import WorkerProcess, wait_for
+from tests.workers import PARTITIONS, cluster
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(150)]
+
+
+def _views(workers: list[WorkerProcess]) -> dict[str, dict]:
+    views = {w.name: w.view() for w in workers}
+    assert all(v is not None for v in views.values()), views
+    return views  # type: ignore[return-value]
+
+
+def test_copartitioned_on_the_wire_and_the_view(
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    with cluster(broker, unique, tmp_path) as c:
+        workers = [
+            c.worker("w1", "host-a").start(),
+            c.worker("w2", "host-b").start(),
+            c.worker("w3", "host-a").start(),
+        ]
+        c.wait_covered()
+        views = _views(workers)
+        actives: list[int] = []
+        s = c.settings
+        for view in views.values():
+            wire = view["wire"]
+            # Same partition numbers of both inputs on the wire, and they are the actives.
+            assert wire[s.impressions] == wire[s.clicks] == view["actives"]
+            # The changelog partitions a worker holds are its actives and standbys, by number.
+            assert not set(view["standbys"]) & set(view["actives"])
+            assert len(view["standbys"]) >= 1  # standby replicas 1
+            actives += view["actives"]
+        assert sorted(actives) == list(range(PARTITIONS))
+        html = workers[0].html()
+        assert "<table>" in html and "moved warm" in html and "w1" in html
+
+
+def test_sigkill_survivors_take_over_and_nothing_is_lost(
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    with cluster(broker, unique, tmp_path) as c:
+        workers = [c.worker(f"w{i}", f"host-{i % 2}").start() for i in range(3)]
+        c.wait_covered()
+        traffic = c.traffic(unique)
+        c.send(traffic, 300)
+        victim = max(workers, key=lambda w: len(w.view()["actives"]))  # type: ignore[index]
+        lost = set(victim.view()["actives"])  # type: ignore[index]
+        victim.kill()
+        c.send(traffic, 300)  # keeps flowing while the group notices the death
+        c.wait_covered(timeout=45)
+        survivors = _views(c.live())
+        promoted = set()
+        for view in survivors.values():
+            promoted |= set(view["last_rebalance"]["moved_warm"])
+        # Standbys are promoted: at least one lost partition moved warm.
+        assert promoted & lost, survivors
+        outputs = c.read(c.settings.joins, len(traffic.expected))
+        join_ids = {o["join_id"] for o in outputs}
+        assert traffic.expected <= join_ids, f"missing {len(traffic.expected - join_ids)}"
+        assert join_ids <= traffic.expected  # no wrong result
+        letters = c.read(c.settings.dead_letters, traffic.bad, timeout=10)
+        assert len({(d["partition"], d["offset"]) for d in letters}) == traffic.bad
+        assert all(d["reason"].startswith("malformed JSON") for d in letters)
+
+
+def test_restarted_worker_gets_partitions_back_from_local_state(
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    with cluster(broker, unique, tmp_path) as c:
+        first = c.worker("w1", "host-a").start()
+        c.worker("w2", "host-b").start()
+        c.wait_covered()
+        traffic = c.traffic(unique)
+        c.send(traffic, 300)
+        assert wait_for(lambda: sum((first.view() or {}).get("joined", {}).values()) > 0, 20)
+        first.kill()
+        c.wait_covered(timeout=45)
+        c.send(traffic, 100)
+        restarted = c.worker("w1", "host-a", port=first.port).start()
+        assert wait_for(lambda: (restarted.view() or {}).get("actives"), 60)
+        c.wait_covered(timeout=45)
+        rebalance = restarted.view()["last_rebalance"]  # type: ignore[index]
+        # Its files held every partition (active or standby before): all come back warm,
+        # replaying only the tail it missed while down, not the whole changelog.
+        assert rebalance["moved_warm"] and not rebalance["moved_cold"], rebalance
+        assert rebalance["replayed"] < 200, rebalance
+        outputs = c.read(c.settings.joins, len(traffic.expected))
+        assert traffic.expected <= {o["join_id"] for o in outputs}

@@ -1,0 +1,60 @@
+"""The app's pieces without a broker: settings, the view, the traffic, the interim join."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.interim_join import WindowedJoin
+from app.settings import from_env
+from app.traffic import Traffic
+from app.view import render_html
+from app.worker import _bootstrap
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TANDEM_BROKER", "kafka://k1:9092;k2:9092")
+    monkeypatch.setenv("TANDEM_APP_ID", "ads")
+    monkeypatch.setenv("TANDEM_HOST", "host-a")
+    monkeypatch.setenv("TANDEM_RACK", "rack-2")
+    monkeypatch.setenv("TANDEM_STANDBY_REPLICAS", "2")
+    settings = from_env()
+    assert (settings.app_id, settings.host, settings.rack) == ("ads", "host-a", "rack-2")
+    assert settings.standby_replicas == 2
+    assert settings.changelog == "ads-join-state-changelog"
+    assert _bootstrap(settings.broker) == "k1:9092,k2:9092"
+
+
+def test_interim_join_inner_dedup_and_late() -> None:
+    join = WindowedJoin(after=1000, grace=0)
+    imp = {"event_id": "i1", "auction_id": "a", "campaign_id": "c", "ts": 1000}
+    click = {"event_id": "k1", "auction_id": "a", "ts": 1500}
+    assert join.process("left", imp) == []
+    [result] = join.process("right", click)
+    assert result["join_id"] == "i1|k1" and result["ts"] == 1500 and result["kind"] == "inner"
+    assert join.process("right", click) == []  # duplicate event id
+    join.process("left", {**imp, "event_id": "i2", "auction_id": "b", "ts": 9000})
+    assert join.process("right", {**click, "event_id": "k2", "ts": 1900}) == []  # late
+    assert join.late == 1
+
+
+def test_traffic_expects_one_join_per_clicked_auction() -> None:
+    traffic = Traffic("imp", "clk", run="r", bad_every=10)
+    records = [r for i in range(100) for r in traffic.batch(i)] + traffic.flush_clicks()
+    clicks = {json.loads(v)["event_id"] for t, _, v in records if t == "clk"}
+    assert len(clicks) == len(traffic.expected)
+    assert traffic.bad == 10
+
+
+def test_html_view_renders_the_json_view() -> None:
+    view = {
+        "worker": "w1", "host": "host-a", "rack": "r", "app_id": "x", "actives": [0],
+        "standbys": [1], "wire": {}, "lag": {"0": 0}, "standby_lag": {"1": 0},
+        "joined": {"0": 3}, "outputs": 3, "dead_letters": 0,
+        "last_rebalance": {"kept": [], "moved_warm": [0], "moved_cold": [], "replayed": 2,
+                           "seconds": 1.5},
+        "campaigns": {"c<1>": {"impressions": 4, "clicks": 1, "ctr": 0.25}},
+    }
+    html = render_html(view)
+    assert "moved warm" in html and "c&lt;1&gt;" in html

@@ -1,0 +1,90 @@
+"""Real worker processes on the session's embedded broker, for the end-to-end tests.
+
+Each test gets its own app id (group id) and topic prefix (docs/embedded-broker.md:
+the broker keeps old groups), creates every topic up front with one partition
+count, and stops its workers by their process ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from app.broker import EmbeddedBroker
+from app.cluster import WorkerProcess, covered, wait_for
+from app.settings import Settings, from_env
+from app.topics import create_topics
+from app.traffic import Traffic, run_traffic
+
+PARTITIONS = 6
+
+
+@dataclasses.dataclass
+class Cluster:
+    broker: EmbeddedBroker
+    settings: Settings
+    run_dir: Path
+    workers: list[WorkerProcess]
+
+    def worker(self, name: str, host: str, rack: str = "rack-1", **kw: Any) -> WorkerProcess:
+        worker = WorkerProcess(
+            name, host, rack, self.broker.bootstrap, self.settings.app_id, self.run_dir,
+            partitions=PARTITIONS, topic_prefix=self.settings.topic_prefix, **kw,
+        )
+        self.workers.append(worker)
+        return worker
+
+    def live(self) -> list[WorkerProcess]:
+        return [w for w in self.workers if w.alive]
+
+    def wait_covered(self, timeout: float = 60) -> None:
+        ok = wait_for(lambda: covered(self.live(), PARTITIONS), timeout)
+        assert ok, f"partitions not covered within {timeout} s; logs in {self.run_dir}"
+
+    def send(self, traffic: Traffic, count: int, rate: float = 200.0) -> Traffic:
+        stop = asyncio.Event()
+        return asyncio.run(run_traffic(self.broker.bootstrap, traffic, rate, stop, limit=count))
+
+    def traffic(self, run: str) -> Traffic:
+        return Traffic(self.settings.impressions, self.settings.clicks, run=run)
+
+    def read(self, topic: str, expect: int, timeout: float = 30) -> list[dict[str, Any]]:
+        """At least `expect` records of `topic` (or all there are after `timeout`)."""
+        return asyncio.run(_read(self.broker.bootstrap, topic, expect, timeout))
+
+
+async def _read(bootstrap: str, topic: str, expect: int, timeout: float) -> list[dict[str, Any]]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    seen: list[dict[str, Any]] = []
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(seen) < expect and loop.time() < deadline:
+            batch = await consumer.getmany(timeout_ms=300)
+            seen.extend(json.loads(r.value) for records in batch.values() for r in records)
+    finally:
+        await consumer.stop()
+    return seen
+
+
+@contextmanager
+def cluster(broker: EmbeddedBroker, unique: str, run_dir: Path) -> Iterator[Cluster]:
+    settings = dataclasses.replace(
+        from_env(), app_id=f"tandem-test-{unique}", topic_prefix=f"t{unique}-",
+        partitions=PARTITIONS,
+    )
+    asyncio.run(create_topics(broker.bootstrap, settings))
+    running = Cluster(broker, settings, run_dir, [])
+    try:
+        yield running
+    finally:
+        for worker in running.workers:
+            worker.kill()  # the test is over: no need to wait for a clean leave
