@@ -53,11 +53,14 @@ class TandemSettings:
 
     @classmethod
     def from_env(
-        cls, env: Mapping[str, str] | None = None, **overrides: Any
+        cls,
+        env: Mapping[str, str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        **overrides: Any,
     ) -> TandemSettings:
-        """Defaults, then ``TANDEM_*`` variables, then ``overrides`` (None means unset)."""
+        """``defaults``, then ``TANDEM_*`` variables, then ``overrides`` (None means unset)."""
         env = os.environ if env is None else env
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {k: v for k, v in (defaults or {}).items() if v is not None}
         for field in fields(cls):
             raw = env.get(ENV_PREFIX + field.name.upper())
             if raw is not None and raw.strip() != "":

@@ -1,0 +1,384 @@
+"""Tandem's thin Faust adapter: Faust/Kafka state -> scenario -> ``assignor.plan`` -> back.
+
+Enable it in an app (docs/assignor-adapter.md)::
+
+    app = faust.App("id", broker=..., PartitionAssignor=TandemAssignor)
+    declare_join(app, topics=["impressions", "clicks"], changelog="ads-joins-changelog")
+    install(app, local_offsets=state.local_offsets)
+
+Placement is decided by the pure planner only; this module translates. The
+group protocol is offered as ``[tandem, faust]`` so that a group that still has
+stock Faust workers keeps working on the stock protocol
+(:class:`StockProtocol`), and switches once every member speaks Tandem.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from faust.assignor import PartitionAssignor
+from faust.assignor.client_assignment import ClientAssignment
+from faust.exceptions import ImproperlyConfigured
+from faust.transport.drivers.aiokafka import Consumer
+from faust.types import TP, AppT
+from yarl import URL
+
+from assignor import plan_with_stats, wire
+from assignor.faust_scenario import (
+    Join,
+    MemberInfo,
+    build_scenario,
+    copartition_groups,
+    kafka_partitions,
+    member_assignments,
+    routing_table,
+    topic_counts,
+)
+from assignor.settings import TandemSettings
+
+log = logging.getLogger(__name__)
+
+PROTOCOL = "tandem"
+STOCK_KEY = "tandem"  # where a Tandem member hides its subscription in stock metadata
+LocalOffsets = Callable[[], Mapping[str, Mapping[int, int]]]
+
+
+class RoutingUnavailable(KeyError):
+    """The owner of a partition is not known to this worker (yet)."""
+
+
+@dataclass(frozen=True)
+class RebalanceInfo:
+    """What the last assignment changed, for the app's view."""
+
+    epoch: int
+    protocol: str
+    stats: wire.RebalanceStats
+    received_at: float
+
+
+class TandemAssignor(PartitionAssignor):
+    """Faust's assignor interface, with placement delegated to ``assignor.plan``."""
+
+    def __init__(self, app: AppT, replicas: int = 0) -> None:
+        super().__init__(app, replicas=replicas)
+        self.settings = TandemSettings.from_env(defaults={"standby_replicas": replicas})
+        self.joins: list[Join] = []
+        self.local_offsets: LocalOffsets | None = None
+        self._epoch = 0
+        self._own = wire.Assignment()
+        self._info: RebalanceInfo | None = None
+        self._routing: wire.RoutingTable | None = None
+        self.stock = StockProtocol(self)
+
+    # ------------------------------------------------------------ what the app reads
+
+    def protocols(self) -> list[Any]:
+        """Group protocols in order of preference: ours, then stock Faust's."""
+        return [self, self.stock]
+
+    def actives(self) -> dict[str, list[int]]:
+        return {t: list(p) for t, p in self._own.active.items()}
+
+    def standbys(self) -> dict[str, list[int]]:
+        return {t: list(p) for t, p in self._own.standby.items()}
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def last_rebalance(self) -> RebalanceInfo | None:
+        return self._info
+
+    @property
+    def routing(self) -> wire.RoutingTable | None:
+        """The full partition -> url table: the leader's own, or one fetched from it."""
+        return self._routing
+
+    def set_routing(self, table: wire.RoutingTable) -> None:
+        if table.epoch >= self._epoch:
+            self._routing = table
+
+    # ------------------------------------------------------------ Kafka protocol
+
+    @property
+    def name(self) -> str:
+        return PROTOCOL
+
+    @property
+    def version(self) -> int:
+        return wire.VERSION
+
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        data = wire.encode_subscription(self.subscription())
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), data)
+
+    def subscription(self) -> wire.Subscription:
+        """This member's own state: what it held, where it runs, what it has on disk."""
+        s = self.settings
+        return wire.Subscription(
+            epoch=self._epoch,
+            url=str(self._url),
+            host=s.host,
+            rack=s.rack,
+            capacity=s.capacity,
+            previous_active=self._own.active,
+            previous_standby=self._own.standby,
+            local_offsets=self._read_local_offsets(),
+        )
+
+    def _read_local_offsets(self) -> dict[str, dict[int, int]]:
+        if self.local_offsets is None:
+            return {}
+        try:
+            found = self.local_offsets()
+            return {str(t): {int(p): int(o) for p, o in by_p.items()} for t, by_p in found.items()}
+        except Exception:  # the state store must not keep a worker out of its group
+            log.exception("local_offsets() failed; joining without local state")
+            return {}
+
+    def assign(
+        self, cluster: ClusterMetadata, member_metadata: Mapping[str, ConsumerProtocolMemberMetadata]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        members: dict[str, MemberInfo] = {}
+        for member, md in member_metadata.items():
+            state, _ = wire.read_subscription(md.user_data, member)
+            members[member] = MemberInfo(frozenset(md.subscription), state)
+        return self.assign_members(cluster, members)
+
+    def assign_members(
+        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        started = time.monotonic()
+        subscribed = {t for info in members.values() for t in info.subscription}
+        cluster_counts = {t: len(cluster.partitions_for_topic(t) or ()) for t in subscribed}
+        counts = topic_counts(self.joins, subscribed, cluster_counts)
+        tables = self._table_changelogs()
+        groups = copartition_groups(
+            self.joins, counts, tables, [members[m].subscription for m in sorted(members)]
+        )
+        scenario = build_scenario(
+            members, counts, groups, tables | self._join_changelogs(),
+            self.settings.standby_replicas, self.joins, self.settings.acceptable_recovery_lag,
+        )
+        result = plan_with_stats(scenario)
+        planned = result.assignment
+        for warning in planned.get("warnings", []):
+            log.warning("planner: %s", warning)
+        stats = wire.RebalanceStats(
+            tasks=result.stats.kept + result.stats.moved_warm + result.stats.moved_cold,
+            kept=result.stats.kept,
+            moved_warm=result.stats.moved_warm,
+            moved_cold=result.stats.moved_cold,
+            plan_ms=int((time.monotonic() - started) * 1000),
+        )
+        urls = {m: info.state.url for m, info in members.items() if info.state.url}
+        self._routing = routing_table(planned, urls, groups, counts)
+        own = member_assignments(planned, members, groups, str(self._url), stats)
+        return {
+            member: ConsumerProtocolMemberAssignment(
+                self.version,
+                kafka_partitions(own[member], members[member].subscription, tables),
+                wire.encode_assignment(own[member]),
+            )
+            for member in members
+        }
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        try:
+            own = wire.decode_assignment(assignment.user_data)
+        except wire.WireError as exc:
+            # Only a foreign leader sends this; keep what Kafka gave us, without history.
+            log.error("unreadable assignment user data (%s); using the bare partitions", exc)
+            own = wire.Assignment(active={t: sorted(p) for t, p in assignment.assignment})
+        self._adopt(own, PROTOCOL)
+
+    def _adopt(self, own: wire.Assignment, protocol: str, keep_distribution: bool = False) -> None:
+        """Make Faust's internals (tables, routing, transactions) see this assignment."""
+        self._own = own
+        self._epoch = own.epoch
+        self._assignment = ClientAssignment(actives=own.active, standbys=own.standby)
+        self._active_tps = self._assignment.active_tps
+        self._standby_tps = self._assignment.standby_tps
+        self._topic_groups = {t: i for i, g in enumerate(own.topic_groups) for t in g}
+        if not keep_distribution:
+            self._own_distribution(own)
+        if self._routing is not None and self._routing.epoch < own.epoch:
+            self._routing = None  # stale: the leader keeps the new one
+        self._info = RebalanceInfo(own.epoch, protocol, own.stats, time.time())
+
+    def _own_distribution(self, own: wire.Assignment) -> None:
+        # Faust's table_metadata()/key_store() read these maps; Tandem's assignment
+        # carries only this member's part (the rest: the routing table).
+        tables = self._table_changelogs()
+        url = str(self._url)
+        self.changelog_distribution = {url: {t: p for t, p in own.active.items() if t in tables}}
+        self.external_topic_distribution = {
+            url: {t: p for t, p in own.active.items() if t not in tables}
+        }
+
+    # ------------------------------------------------------------ Faust internals
+
+    def group_for_topic(self, topic: str) -> int:
+        # Faust asks this for every keyed send, including topics this group does
+        # not consume (stock raises KeyError there); they share one extra group.
+        return self._topic_groups.get(topic, len(self._topic_groups))
+
+    def key_store(self, topic: str, key: bytes) -> URL:
+        return self._owner_url(self.app.producer.key_partition(topic, key))
+
+    def external_key_store(self, topic: str, key: bytes) -> URL:
+        return self._owner_url(self.app.producer.key_partition(topic, key))
+
+    def _owner_url(self, tp: TP) -> URL:
+        if tp in self._active_tps:
+            return URL(str(self._url))
+        owner = self._tps_url.get(tp) or self._external_tps_url.get(tp)  # stock protocol
+        if owner is None and self._routing is not None:
+            owner = self._routing.owner(tp.topic, tp.partition)
+        if owner is None:
+            raise RoutingUnavailable(
+                f"owner of {tp} unknown on this worker: fetch the routing table "
+                "(assignor.faust_adapter.fetch_routing) or ask the leader"
+            )
+        return URL(owner)
+
+    def _table_changelogs(self) -> set[str]:
+        return {
+            topic
+            for topic, table in self._table_manager._changelogs.items()
+            if not getattr(table, "is_global", False)
+        }
+
+    def _join_changelogs(self) -> set[str]:
+        return {j.changelog for j in self.joins if j.changelog}
+
+
+class StockProtocol:
+    """The stock ``faust`` protocol, spoken by a Tandem worker during a rolling upgrade.
+
+    Its metadata is stock Faust's, with this member's Tandem subscription added
+    under an extra key that stock Faust ignores. A leader of ours that sees that
+    key on every member plans with Tandem even under the ``faust`` protocol name:
+    some brokers (tansu) keep the protocol a group was created with.
+    """
+
+    def __init__(self, tandem: TandemAssignor) -> None:
+        self.tandem = tandem
+
+    @property
+    def name(self) -> str:
+        return "faust"
+
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        stock = PartitionAssignor.metadata(self.tandem, set(topics))
+        body = json.loads(stock.user_data)
+        ours = wire.encode_subscription(self.tandem.subscription())
+        body[STOCK_KEY] = base64.b64encode(ours).decode("ascii")
+        return ConsumerProtocolMemberMetadata(
+            stock.version, sorted(topics), json.dumps(body, separators=(",", ":")).encode()
+        )
+
+    def assign(
+        self, cluster: ClusterMetadata, member_metadata: Mapping[str, ConsumerProtocolMemberMetadata]
+    ) -> Mapping[str, ConsumerProtocolMemberAssignment]:
+        ours = {m: _hidden_subscription(md) for m, md in member_metadata.items()}
+        if all(state is not None for state in ours.values()):
+            log.info("every member speaks Tandem: planning with Tandem under the faust protocol")
+            members = {
+                m: MemberInfo(frozenset(md.subscription), ours[m])  # type: ignore[arg-type]
+                for m, md in member_metadata.items()
+            }
+            return self.tandem.assign_members(cluster, members)
+        return PartitionAssignor.assign(self.tandem, cluster, dict(member_metadata))
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        if wire.is_tandem(assignment.user_data):
+            self.tandem.on_assignment(assignment)
+            return
+        PartitionAssignor.on_assignment(self.tandem, assignment)
+        stock = self.tandem._assignment
+        own = wire.Assignment(
+            active={t: sorted(p) for t, p in stock.actives.items() if p},
+            standby={t: sorted(p) for t, p in stock.standbys.items() if p},
+            topic_groups=_groups_from_stock(self.tandem._topic_groups),
+        )
+        # Stock assignments carry the cluster-wide maps Faust's router reads: keep them.
+        self.tandem._adopt(own, "faust", keep_distribution=True)
+
+
+def _hidden_subscription(md: ConsumerProtocolMemberMetadata) -> wire.Subscription | None:
+    try:
+        hidden = json.loads(md.user_data).get(STOCK_KEY)
+        return wire.decode_subscription(base64.b64decode(hidden)) if hidden else None
+    except (ValueError, TypeError, AttributeError) as exc:
+        log.warning("unreadable Tandem data in stock metadata: %s", exc)
+        return None
+
+
+def _groups_from_stock(topic_groups: Mapping[str, int]) -> list[list[str]]:
+    by_group: dict[int, list[str]] = {}
+    for topic, group in sorted(topic_groups.items()):
+        by_group.setdefault(group, []).append(topic)
+    return [by_group[g] for g in sorted(by_group)]
+
+
+
+# ---------------------------------------------------------------- the app's calls
+
+
+def tandem(app: AppT) -> TandemAssignor:
+    """The app's Tandem assignor; the app must be built with ``PartitionAssignor=TandemAssignor``."""
+    assignor = app.assignor
+    if not isinstance(assignor, TandemAssignor):
+        raise ImproperlyConfigured(
+            "Tandem needs faust.App(..., PartitionAssignor='assignor.faust_adapter:TandemAssignor'),"
+            f" not {type(assignor).__name__}"
+        )
+    return assignor
+
+
+def declare_join(app: AppT, topics: Iterable[str], changelog: str | None = None) -> Join:
+    """Declare a co-partitioned join: partition p of every topic (and the changelog) together."""
+    join = Join(tuple(topics), changelog)
+    if len(join.all_topics) < 1:
+        raise ValueError("a join needs at least one topic")
+    joins = tandem(app).joins
+    if join not in joins:
+        joins.append(join)
+    return join
+
+
+def install(
+    app: AppT,
+    *,
+    settings: TandemSettings | None = None,
+    local_offsets: LocalOffsets | None = None,
+) -> TandemAssignor:
+    """Wire Tandem into ``app`` before its worker starts: protocols, settings, local state."""
+    from assignor import faust_join
+    from assignor.faust_consumer import TandemConsumer
+
+    assignor = tandem(app)
+    if settings is not None:
+        assignor.settings = settings
+    if local_offsets is not None:
+        assignor.local_offsets = local_offsets
+    faust_join.install()
+    transport = app.transport
+    if not issubclass(transport.Consumer, Consumer):
+        raise ImproperlyConfigured(f"Tandem needs the aiokafka transport, not {type(transport)}")
+    transport.Consumer = TandemConsumer  # type: ignore[misc]  # this app's transport only
+    return assignor
