@@ -27,6 +27,7 @@ class Settings:
     data_dir: Path
     web_port: int
     web_bind: str
+    url: str
     standby_replicas: int
     worker: str
     host: str
@@ -68,12 +69,16 @@ class Settings:
 def from_env() -> Settings:
     host = _env("TANDEM_HOST", socket.gethostname())
     app_id = _env("TANDEM_APP_ID", "tandem-ad-join")
+    bind = _env("TANDEM_WEB_BIND", "127.0.0.1")
+    port = _int("TANDEM_WEB_PORT", 6066)
     return Settings(
         broker=_env("TANDEM_BROKER", "kafka://127.0.0.1:9092"),
         app_id=app_id,
         data_dir=Path(_env("TANDEM_DATA_DIR", f"data/{app_id}/{host}")),
-        web_port=_int("TANDEM_WEB_PORT", 6066),
-        web_bind=_env("TANDEM_WEB_BIND", "127.0.0.1"),
+        web_port=port,
+        web_bind=bind,
+        # How the other workers reach this one's web server (Faust's canonical URL).
+        url=_env("TANDEM_URL", f"http://{'127.0.0.1' if bind == '0.0.0.0' else bind}:{port}"),
         standby_replicas=_int("TANDEM_STANDBY_REPLICAS", 1),
         worker=_env("TANDEM_WORKER", host),
         host=host,

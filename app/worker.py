@@ -175,13 +175,12 @@ def build(settings: Settings) -> faust.App:
 
 
 def _faust_settings(settings: Settings) -> dict[str, Any]:
-    url_host = "127.0.0.1" if settings.web_bind in ("127.0.0.1", "0.0.0.0") else settings.web_bind
     return {
         "broker": settings.broker,
         "datadir": str(settings.data_dir / "faust"),
         "web_port": settings.web_port,
         "web_bind": settings.web_bind,
-        "canonical_url": f"http://{url_host}:{settings.web_port}",
+        "canonical_url": settings.url,
         "table_standby_replicas": settings.standby_replicas,
         "topic_partitions": settings.partitions,
         "topic_replication_factor": settings.replication_factor,
