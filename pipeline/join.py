@@ -9,12 +9,12 @@ stream (docs/join-semantics.md), computed in bulk instead of record by record
    before it in the partition's arrival order (`seq`);
 3. drop late records (`close < stream time before`, close = ts + after|before +
    grace) and then repeated `event_id`s (first arrival wins);
-4. a pair (l, r) of the same key inside the window joins if the first of the two
-   to arrive was still in its store when the second arrived: its close >= the
-   stream time before the second (the stream purges a record once stream time
-   passes its close);
-5. left/outer: a record without a pair is emitted when the partition's final
-   stream time has passed its close.
+4. every pair (l, r) of accepted records of the same key inside the window joins
+   (the stream keeps a record until no accepted record could match it);
+5. left/outer: a record x is emitted unmatched when the partition's final stream
+   time passed its close and no partner p had arrived by then, i.e. none with
+   stream time after p's arrival <= close(x) (stream time moves before a record
+   matches, so a partner that itself closes x's window comes too late).
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ def classify(records: DataFrame, params: JoinParams) -> DataFrame:
     first = Window.partitionBy("partition", "side", "event_id").orderBy("seq")
     with_time = (
         valid.withColumn("st_before", F.max("ts").over(before))
+        .withColumn("st_after", F.greatest("st_before", "ts"))
         .withColumn("close", _close(params))
         .withColumn("late", F.coalesce(F.col("close") < F.col("st_before"), F.lit(False)))
     )
@@ -151,22 +152,23 @@ def _pairs(accepted: DataFrame, params: JoinParams) -> DataFrame:
     from pyspark.sql import functions as F
 
     def side(name: str, prefix: str) -> DataFrame:
-        cols = ["partition", "auction_id", "event_id", "campaign_id", "ts", "seq", "close",
-                "st_before"]
+        cols = ["partition", "auction_id", "event_id", "campaign_id", "ts", "close", "st_after"]
         chosen = accepted.filter(F.col("side") == name).select(*cols)
         return chosen.select(
             "partition", "auction_id", *[F.col(c).alias(f"{prefix}{c}") for c in cols[2:]]
         )
 
     left, right = side("left", "l_"), side("right", "r_")
-    first_still_stored = F.when(
-        F.col("l_seq") < F.col("r_seq"),
-        F.col("l_close") >= F.coalesce(F.col("r_st_before"), F.col("l_close")),
-    ).otherwise(F.col("r_close") >= F.coalesce(F.col("l_st_before"), F.col("r_close")))
     in_window = F.col("r_ts").between(
         F.col("l_ts") - params.before, F.col("l_ts") + params.after
     )
-    return left.join(right, ["partition", "auction_id"]).filter(in_window & first_still_stored)
+    return (
+        left.join(right, ["partition", "auction_id"])
+        .filter(in_window)
+        # Did the partner arrive before stream time passed this side's close?
+        .withColumn("l_in_time", F.col("r_st_after") <= F.col("l_close"))
+        .withColumn("r_in_time", F.col("l_st_after") <= F.col("r_close"))
+    )
 
 
 def _unmatched(
@@ -175,7 +177,11 @@ def _unmatched(
     from pyspark.sql import functions as F
 
     prefix = "l_" if side == "left" else "r_"
-    matched = pairs.select("partition", F.col(f"{prefix}event_id").alias("event_id")).distinct()
+    matched = (
+        pairs.filter(F.col(f"{prefix}in_time"))
+        .select("partition", F.col(f"{prefix}event_id").alias("event_id"))
+        .distinct()
+    )
     mine = accepted.filter(F.col("side") == side)
     return (
         mine.join(matched, ["partition", "event_id"], "left_anti")

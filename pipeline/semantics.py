@@ -65,12 +65,16 @@ class _Stored:
 
 @dataclass
 class PartitionJoin:
-    """The state of one task (partition): stream time, the window stores, seen event ids."""
+    """One task (partition): stream time, the records accepted so far, seen event ids.
+
+    Nothing is purged: a stream store may drop a record once no accepted record
+    could still match it (ts + before + after + grace), which never changes results.
+    """
 
     params: JoinParams
     stream_time: int | None = None
     stores: dict[tuple[str, str], list[_Stored]] = field(default_factory=lambda: defaultdict(list))
-    expiry: list[tuple[int, int, _Stored]] = field(default_factory=list)
+    closing: list[tuple[int, int, _Stored]] = field(default_factory=list)
     seen: set[tuple[str, str]] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
@@ -87,10 +91,9 @@ class PartitionJoin:
             self.counts["duplicate"] += 1
             return []
         self.seen.add((side, record["event_id"]))
-        out = self._match(side, record)
-        if self.stream_time is None or record["ts"] > self.stream_time:
-            self.stream_time = record["ts"]
-        return out + self._expire()
+        # Stream time moves first: windows it closes emit before this record matches.
+        out = self._advance(record["ts"])
+        return out + self._match(side, record)
 
     def _match(self, side: str, record: dict[str, Any]) -> list[dict[str, Any]]:
         mine = _Stored(side, record)
@@ -103,16 +106,17 @@ class PartitionJoin:
                 out.append(result(left, right))
         self.stores[(side, record["auction_id"])].append(mine)
         close = self.params.close(side, record["ts"])
-        heapq.heappush(self.expiry, (close, id(mine), mine))
+        heapq.heappush(self.closing, (close, id(mine), mine))
         return out
 
-    def _expire(self) -> list[dict[str, Any]]:
-        """Drop records whose window closed; emit the unmatched ones the join kind keeps."""
+    def _advance(self, ts: int) -> list[dict[str, Any]]:
+        """Move stream time to `ts` if later; emit unmatched records whose window closed."""
+        if self.stream_time is not None and ts <= self.stream_time:
+            return []
+        self.stream_time = ts
         out = []
-        assert self.stream_time is not None
-        while self.expiry and self.expiry[0][0] < self.stream_time:
-            _, _, stored = heapq.heappop(self.expiry)
-            self.stores[(stored.side, stored.record["auction_id"])].remove(stored)
+        while self.closing and self.closing[0][0] < ts:
+            _, _, stored = heapq.heappop(self.closing)
             if not stored.matched and self._emits_unmatched(stored.side):
                 pair = (stored.record, None) if stored.side == "left" else (None, stored.record)
                 out.append(result(*pair))
