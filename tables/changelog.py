@@ -272,7 +272,9 @@ class JoinTables:
             return
         log.warning("changelog %s ends before local checkpoint; rebuilding", tp)
         task.store.destroy()
-        fresh = self._new_task(PartitionStore(self._path(tp.partition), self.sync_writes), task.role)
+        fresh = self._new_task(
+            PartitionStore(self._path(tp.partition), self.sync_writes), task.role
+        )
         self._tasks[tp.partition] = fresh
         consumer.seek(tp, 0)
 

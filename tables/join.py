@@ -141,7 +141,9 @@ class WindowedJoin:
         other = OTHER[side]
         lo, hi = self.window.match_range(side, record["ts"])
         prefix = keys.key_prefix(other, record["auction_id"])
-        found = list(self.state.scan(prefix + keys.encode_time(lo), prefix + keys.encode_time(hi + 1)))
+        found = list(
+            self.state.scan(prefix + keys.encode_time(lo), prefix + keys.encode_time(hi + 1))
+        )
         results = []
         for key, value in found:
             stored = keys.parse_record_key(key)
@@ -221,7 +223,9 @@ class WindowedJoin:
     @staticmethod
     def _unmatched_output(stored: RecordKey, value: bytes) -> dict[str, Any]:
         if stored.side == "left":
-            return output_record(stored.auction_id, (stored.event_id, value[1:].decode(), stored.ts), None)
+            return output_record(
+                stored.auction_id, (stored.event_id, value[1:].decode(), stored.ts), None
+            )
         return output_record(stored.auction_id, None, (stored.event_id, stored.ts))
 
     # -- metadata: counters and input offsets -----------------------------

@@ -27,7 +27,9 @@ def local_partitions(data_dir: Path, table: str) -> list[int]:
     root = Path(data_dir) / table
     if not root.is_dir():
         return []
-    return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "CURRENT").exists())
+    return sorted(
+        int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "CURRENT").exists()
+    )
 
 
 def _options() -> Options:

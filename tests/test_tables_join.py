@@ -21,7 +21,12 @@ W = JoinWindow(before=0, after=100, grace=10)
 
 
 def imp(event_id: str, ts: int, key: str = "a") -> tuple[Side, dict[str, Any]]:
-    return "left", {"event_id": event_id, "auction_id": key, "campaign_id": f"c-{event_id}", "ts": ts}
+    return "left", {
+        "event_id": event_id,
+        "auction_id": key,
+        "campaign_id": f"c-{event_id}",
+        "ts": ts,
+    }
 
 
 def click(event_id: str, ts: int, key: str = "a") -> tuple[Side, dict[str, Any]]:
@@ -40,45 +45,106 @@ class Case:
 
 
 CASES = [
-    Case("inner pair, click after impression", INNER,
-         [imp("i1", 1000), click("k1", 1050)], [[], ["i1|k1"]]),
-    Case("inner pair, click first (out of order)", INNER,
-         [click("k1", 1050), imp("i1", 1000)], [[], ["i1|k1"]]),
-    Case("after bound is inclusive", INNER,
-         [imp("i1", 1000), click("k1", 1100), click("k2", 1101)], [[], ["i1|k1"], []]),
-    Case("before bound: click before impression does not match when before=0", INNER,
-         [imp("i1", 1000), click("k1", 999)], [[], []]),
-    Case("before bound inclusive when before>0", INNER,
-         [imp("i1", 1000), click("k1", 980), click("k2", 979)], [[], ["i1|k1"], []],
-         window=JoinWindow(before=20, after=100, grace=10)),
-    Case("different keys never match", INNER,
-         [imp("i1", 1000, "a"), click("k1", 1001, "b")], [[], []]),
-    Case("one click, two impressions: two results", INNER,
-         [imp("i1", 1000), imp("i2", 1010), click("k1", 1050)], [[], [], ["i1|k1", "i2|k1"]]),
-    Case("duplicate click makes no second result", INNER,
-         [imp("i1", 1000), click("k1", 1050), click("k1", 1050)], [[], ["i1|k1"], []]),
-    Case("inner never emits unmatched", INNER,
-         [imp("i1", 1000), click("k9", 5000, "z")], [[], []]),
-    Case("left: unmatched impression waits for ts+after+grace, strictly", LEFT,
-         [imp("i1", 1000), click("k8", 1110, "z"), click("k9", 1111, "z")],
-         [[], [], ["i1|"]]),
-    Case("left: matched impression is never emitted unmatched", LEFT,
-         [imp("i1", 1000), click("k1", 1001), click("k9", 9000, "z")], [[], ["i1|k1"], []]),
-    Case("left: unmatched clicks are not emitted", LEFT,
-         [click("k1", 1000), imp("i9", 9000, "z")], [[], []]),
-    Case("outer: unmatched click emitted after ts+before+grace", OUTER,
-         [click("k1", 1000), imp("i8", 1010, "z"), imp("i9", 1011, "z")],
-         [[], [], ["|k1"]]),
-    Case("outer: both sides unmatched, emitted in time order", OUTER,
-         [imp("i1", 1000), click("k1", 1000, "b"), imp("i9", 1200, "z")],
-         [[], [], ["|k1", "i1|"]]),
-    Case("late impression dropped: ts+after+grace < stream time", INNER,
-         [click("k0", 2000, "z"), imp("i1", 1889), imp("i2", 1890), click("k1", 1990)],
-         [[], [], [], ["i2|k1"]], late=1),
-    Case("late click dropped: ts+before+grace < stream time", OUTER,
-         [imp("i0", 2000, "z"), click("k1", 1989), click("k2", 1990)], [[], [], []], late=1),
-    Case("out of order within grace still matches", INNER,
-         [imp("i0", 1200, "z"), imp("i1", 1100), click("k1", 1195)], [[], [], ["i1|k1"]]),
+    Case(
+        "inner pair, click after impression",
+        INNER,
+        [imp("i1", 1000), click("k1", 1050)],
+        [[], ["i1|k1"]],
+    ),
+    Case(
+        "inner pair, click first (out of order)",
+        INNER,
+        [click("k1", 1050), imp("i1", 1000)],
+        [[], ["i1|k1"]],
+    ),
+    Case(
+        "after bound is inclusive",
+        INNER,
+        [imp("i1", 1000), click("k1", 1100), click("k2", 1101)],
+        [[], ["i1|k1"], []],
+    ),
+    Case(
+        "before bound: click before impression does not match when before=0",
+        INNER,
+        [imp("i1", 1000), click("k1", 999)],
+        [[], []],
+    ),
+    Case(
+        "before bound inclusive when before>0",
+        INNER,
+        [imp("i1", 1000), click("k1", 980), click("k2", 979)],
+        [[], ["i1|k1"], []],
+        window=JoinWindow(before=20, after=100, grace=10),
+    ),
+    Case(
+        "different keys never match",
+        INNER,
+        [imp("i1", 1000, "a"), click("k1", 1001, "b")],
+        [[], []],
+    ),
+    Case(
+        "one click, two impressions: two results",
+        INNER,
+        [imp("i1", 1000), imp("i2", 1010), click("k1", 1050)],
+        [[], [], ["i1|k1", "i2|k1"]],
+    ),
+    Case(
+        "duplicate click makes no second result",
+        INNER,
+        [imp("i1", 1000), click("k1", 1050), click("k1", 1050)],
+        [[], ["i1|k1"], []],
+    ),
+    Case("inner never emits unmatched", INNER, [imp("i1", 1000), click("k9", 5000, "z")], [[], []]),
+    Case(
+        "left: unmatched impression waits for ts+after+grace, strictly",
+        LEFT,
+        [imp("i1", 1000), click("k8", 1110, "z"), click("k9", 1111, "z")],
+        [[], [], ["i1|"]],
+    ),
+    Case(
+        "left: matched impression is never emitted unmatched",
+        LEFT,
+        [imp("i1", 1000), click("k1", 1001), click("k9", 9000, "z")],
+        [[], ["i1|k1"], []],
+    ),
+    Case(
+        "left: unmatched clicks are not emitted",
+        LEFT,
+        [click("k1", 1000), imp("i9", 9000, "z")],
+        [[], []],
+    ),
+    Case(
+        "outer: unmatched click emitted after ts+before+grace",
+        OUTER,
+        [click("k1", 1000), imp("i8", 1010, "z"), imp("i9", 1011, "z")],
+        [[], [], ["|k1"]],
+    ),
+    Case(
+        "outer: both sides unmatched, emitted in time order",
+        OUTER,
+        [imp("i1", 1000), click("k1", 1000, "b"), imp("i9", 1200, "z")],
+        [[], [], ["|k1", "i1|"]],
+    ),
+    Case(
+        "late impression dropped: ts+after+grace < stream time",
+        INNER,
+        [click("k0", 2000, "z"), imp("i1", 1889), imp("i2", 1890), click("k1", 1990)],
+        [[], [], [], ["i2|k1"]],
+        late=1,
+    ),
+    Case(
+        "late click dropped: ts+before+grace < stream time",
+        OUTER,
+        [imp("i0", 2000, "z"), click("k1", 1989), click("k2", 1990)],
+        [[], [], []],
+        late=1,
+    ),
+    Case(
+        "out of order within grace still matches",
+        INNER,
+        [imp("i0", 1200, "z"), imp("i1", 1100), click("k1", 1195)],
+        [[], [], ["i1|k1"]],
+    ),
 ]
 
 
@@ -98,8 +164,15 @@ def test_output_record_fields_and_later_timestamp() -> None:
     join.process(*imp("i1", 1000))
     (result,) = join.process(*click("k1", 1040))
     assert result == {
-        "join_id": "i1|k1", "auction_id": "a", "campaign_id": "c-i1", "impression_id": "i1",
-        "click_id": "k1", "impression_ts": 1000, "click_ts": 1040, "ts": 1040, "kind": "inner",
+        "join_id": "i1|k1",
+        "auction_id": "a",
+        "campaign_id": "c-i1",
+        "impression_id": "i1",
+        "click_id": "k1",
+        "impression_ts": 1000,
+        "click_ts": 1040,
+        "ts": 1040,
+        "kind": "inner",
     }
     (right,) = join.process(*click("k2", 1200, "b"))[1:] or [None]  # i1 is matched: nothing
     assert right is None
@@ -124,8 +197,9 @@ def test_expired_state_is_deleted_by_time() -> None:
 # -- a reference model written straight from docs/join-semantics.md ----------------
 
 
-def reference(join_type: JoinType, window: JoinWindow, events: list[tuple[Side, dict[str, Any]]]
-              ) -> tuple[list[set[str]], int]:
+def reference(
+    join_type: JoinType, window: JoinWindow, events: list[tuple[Side, dict[str, Any]]]
+) -> tuple[list[set[str]], int]:
     """O(n^2) simulation of the contract, no expiry: per event, the set of join_ids emitted."""
     emits_unmatched = {INNER: set(), LEFT: {"left"}, OUTER: {"left", "right"}}[join_type]
     accepted: list[tuple[Side, dict[str, Any]]] = []
@@ -156,8 +230,12 @@ def reference(join_type: JoinType, window: JoinWindow, events: list[tuple[Side, 
         for s, r in accepted:
             ident = (s, r["event_id"])
             closes_r = r["ts"] + (window.after if s == "left" else window.before) + window.grace
-            if s in emits_unmatched and ident not in matched and ident not in emitted_unmatched \
-                    and closes_r < stream_time:
+            if (
+                s in emits_unmatched
+                and ident not in matched
+                and ident not in emitted_unmatched
+                and closes_r < stream_time
+            ):
                 emitted_unmatched.add(ident)
                 step.add(f"{r['event_id']}|" if s == "left" else f"|{r['event_id']}")
         out.append(step)
@@ -167,7 +245,9 @@ def reference(join_type: JoinType, window: JoinWindow, events: list[tuple[Side, 
 @st.composite
 def streams(draw: st.DrawFn) -> tuple[JoinType, JoinWindow, list[tuple[Side, dict[str, Any]]]]:
     join_type = draw(st.sampled_from(list(JoinType)))
-    window = JoinWindow(draw(st.integers(0, 30)), draw(st.integers(0, 30)), draw(st.integers(0, 20)))
+    window = JoinWindow(
+        draw(st.integers(0, 30)), draw(st.integers(0, 30)), draw(st.integers(0, 20))
+    )
     events: list[tuple[Side, dict[str, Any]]] = []
     for n in range(draw(st.integers(1, 40))):
         if events and draw(st.integers(0, 9)) == 0:  # a record delivered twice
@@ -192,8 +272,9 @@ def test_join_matches_reference_model(case: tuple[JoinType, JoinWindow, list[Any
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams(), st.integers(1, 7))
-def test_rocksdb_state_behaves_like_memory(case: tuple[JoinType, JoinWindow, list[Any]],
-                                           commit_every: int) -> None:
+def test_rocksdb_state_behaves_like_memory(
+    case: tuple[JoinType, JoinWindow, list[Any]], commit_every: int
+) -> None:
     """The operator over RocksDB plus a write overlay, committed every few records, and
     reopened from its files half way, gives the same output as over a plain map."""
     join_type, window, events = case
@@ -201,7 +282,7 @@ def test_rocksdb_state_behaves_like_memory(case: tuple[JoinType, JoinWindow, lis
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t" / "0"
         got: list[list[str]] = []
-        for part in (events[: len(events) // 2], events[len(events) // 2:]):
+        for part in (events[: len(events) // 2], events[len(events) // 2 :]):
             store = PartitionStore(path)
             overlay = Overlay(store)
             join = WindowedJoin(overlay, window, join_type)

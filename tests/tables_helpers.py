@@ -1,0 +1,287 @@
+"""Helpers for the tables tests: topics, records, state dumps, and a join worker process.
+
+`python -m tests.tables_helpers --bootstrap ... ` runs a worker that joins two
+co-partitioned topics with JoinTables; the crash tests kill it and restart it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from rocksdict import AccessType, Options, Rdict
+
+from tables.changelog import JoinTables
+from tables.join import JoinType, JoinWindow
+from tables.records import Rejected, validate
+from tables.store import PartitionStore
+
+Record = tuple[str, dict[str, Any]]  # (side, value)
+
+
+async def create_topics(bootstrap: str, names: Iterable[str], partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """Co-partitioning for tests: a stable hash (the producer is told the partition)."""
+    return sum(key.encode()) % partitions
+
+
+async def produce(
+    bootstrap: str, topic: str, values: list[dict[str, Any]], partitions: int
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    await producer.start()
+    try:
+        sent = [
+            await producer.send(
+                topic,
+                json.dumps(v).encode(),
+                key=v["auction_id"].encode(),
+                partition=partition_of(v["auction_id"], partitions),
+            )
+            for v in values
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+async def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[Any]:
+    """Every record of the topic, read up to the high watermark of each partition."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+    )
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        async with asyncio.timeout(timeout):
+            while True:
+                fetched = await consumer.getmany(timeout_ms=200)
+                out.extend(json.loads(r.value) for rs in fetched.values() for r in rs)
+                marks = [consumer.highwater(tp) for tp in tps]
+                positions = [await consumer.position(tp) for tp in tps]
+                if None not in marks and all(p >= m for p, m in zip(positions, marks, strict=True)):
+                    return out
+    finally:
+        await consumer.stop()
+
+
+def dump(path: Path) -> dict[bytes, bytes]:
+    """Every key of a closed partition database."""
+    db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+    try:
+        return dict(db.items())
+    finally:
+        db.close()
+
+
+def comparable(state: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """State without what legitimately differs between runs: checkpoint and input offsets."""
+    return {k: v for k, v in state.items() if k != b"checkpoint" and not k.startswith(b"m:in:")}
+
+
+def ad_data(
+    auctions: int, after: int, seed: int = 7
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Impressions and clicks: matches, clicks outside the window, lone clicks, duplicates,
+    and (last) impressions far too old to join."""
+    rng = random.Random(seed)
+    base = 1_000_000_000
+    impressions, clicks = [], []
+    for n in range(auctions):
+        auction, ts = f"a{n}", base + n * 10
+        impressions.append(
+            {"event_id": f"i{n}", "auction_id": auction, "campaign_id": f"c{n % 7}", "ts": ts}
+        )
+        roll = rng.random()
+        if roll < 0.6:
+            clicks.append(
+                {"event_id": f"k{n}", "auction_id": auction, "ts": ts + rng.randint(0, after)}
+            )
+        elif roll < 0.7:
+            clicks.append(
+                {
+                    "event_id": f"k{n}",
+                    "auction_id": auction,
+                    "ts": ts + after + 1 + rng.randint(0, 50),
+                }
+            )
+        elif roll < 0.8:
+            clicks.append({"event_id": f"k{n}", "auction_id": f"lone{n}", "ts": ts})
+    impressions += rng.sample(impressions, auctions // 20)
+    clicks += rng.sample(clicks, len(clicks) // 20)
+    impressions += [
+        {"event_id": f"old{n}", "auction_id": f"a{n}", "campaign_id": "c0", "ts": base - 10**8}
+        for n in range(10)
+    ]
+    return impressions, clicks
+
+
+# -- the worker process ---------------------------------------------------------------
+
+
+_ARMED = {"now": False}  # the crash point is reached once enough results were produced
+
+
+def _kill_self_at(point: str, wanted: str | None) -> None:
+    if _ARMED["now"] and point == wanted:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def run_worker(args: argparse.Namespace) -> None:
+    window = JoinWindow(args.before, args.after, args.grace)
+    tables = JoinTables(
+        args.bootstrap,
+        args.changelog,
+        args.data_dir,
+        window=window,
+        join_type=JoinType(args.join_type),
+    )
+    await tables.start()
+    partitions = set(range(args.partitions))
+    await tables.on_assignment(partitions, set())
+    _kill_in_state_write(args.crash_point)
+    producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, linger_ms=5, acks="all")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=args.bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+        group_id=f"{args.output}-worker",
+    )
+    await producer.start()
+    await consumer.start()
+    tps = [TopicPartition(t, p) for t in (args.left, args.right) for p in sorted(partitions)]
+    consumer.assign(tps)
+    for tp in tps:
+        if args.resume_from == "state":
+            consumer.seek(tp, tables.operator(tp.partition).input_offset(tp.topic) or 0)
+        else:  # Kafka's committed offsets, which lag the state: the input is replayed
+            consumer.seek(tp, await consumer.committed(tp) or 0)
+    print(f"ready replayed={json.dumps(tables.replayed)}", flush=True)
+    batches = produced = 0
+    deadline = time.monotonic() + args.max_seconds
+    while time.monotonic() < deadline:
+        fetched = await consumer.getmany(timeout_ms=200, max_records=args.batch)
+        if not fetched:
+            if args.exit_when_done and await _caught_up(consumer, tps):
+                break
+            continue
+        by_partition: dict[int, list[Any]] = defaultdict(list)
+        for tp, records in fetched.items():
+            by_partition[tp.partition].append((tp.topic, records))
+        for partition, parts in by_partition.items():
+            batches += 1
+            results = _process(tables, partition, parts, args.left)
+            sent = [
+                await producer.send(
+                    args.output,
+                    json.dumps(r).encode(),
+                    key=r["auction_id"].encode(),
+                    partition=partition,
+                )
+                for r in results
+            ]
+            await asyncio.gather(*sent)
+            produced += len(results)
+            _ARMED["now"] = bool(args.crash_point) and produced >= args.crash_after_results
+            _kill_self_at("before_changelog", args.crash_point)
+            await tables.commit(partition)
+            await consumer.commit(
+                {
+                    tp: records[-1].offset + 1
+                    for tp, records in fetched.items()
+                    if tp.partition == partition
+                }
+            )
+            print(f"committed {partition} {batches} results={produced}", flush=True)
+        if args.pause:
+            await asyncio.sleep(args.pause)
+    await consumer.stop()
+    await producer.stop()
+    await tables.close()
+    print("done", flush=True)
+
+
+def _process(tables: JoinTables, partition: int, parts: list[Any], left_topic: str) -> list[Any]:
+    join = tables.operator(partition)
+    results: list[Any] = []
+    for topic, records in parts:
+        side = "left" if topic == left_topic else "right"
+        for record in records:
+            value = validate(side, record.key, record.value, None)
+            if not isinstance(value, Rejected):
+                results += join.process(side, value)
+        join.set_input_offset(topic, records[-1].offset + 1)
+    return results
+
+
+def _kill_in_state_write(crash_point: str | None) -> None:
+    """Die inside commit(), just before or just after RocksDB is written."""
+    original = PartitionStore.write
+
+    def write(self: PartitionStore, changes: Any, checkpoint: int | None) -> None:
+        _kill_self_at("before_state_write", crash_point)
+        original(self, changes, checkpoint)
+        _kill_self_at("after_state_write", crash_point)
+
+    PartitionStore.write = write  # type: ignore[method-assign]
+
+
+async def _caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
+    for tp in tps:
+        mark = consumer.highwater(tp)
+        if mark is None or await consumer.position(tp) < mark:
+            return False
+    return True
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("bootstrap", "left", "right", "output", "changelog", "data-dir"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--join-type", default="outer")
+    parser.add_argument("--before", type=int, default=0)
+    parser.add_argument("--after", type=int, default=1000)
+    parser.add_argument("--grace", type=int, default=10**7)
+    parser.add_argument("--batch", type=int, default=25)
+    parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--exit-when-done", action="store_true")
+    parser.add_argument("--max-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--crash-point", choices=["before_changelog", "before_state_write", "after_state_write"]
+    )
+    parser.add_argument("--crash-after-results", type=int, default=20)
+    parser.add_argument("--resume-from", choices=["state", "kafka"], default="state")
+    asyncio.run(run_worker(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
