@@ -250,13 +250,8 @@ def input_frame(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     return load_topics(spark, args.bootstrap, args.impressions_topic, args.clicks_topic)
 
 
-def add_join_arguments(parser: argparse.ArgumentParser) -> None:
-    """Input and join parameters, shared with `reconcile`."""
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--input", type=Path, help="Parquet directory from `generate`")
-    source.add_argument("--bootstrap", help="read the input topics from this Kafka cluster")
-    parser.add_argument("--impressions-topic", default="impressions")
-    parser.add_argument("--clicks-topic", default="clicks")
+def add_window_arguments(parser: argparse.ArgumentParser) -> None:
+    """Join parameters and the Spark master, shared with `reconcile`."""
     parser.add_argument("--kind", choices=["inner", "left", "outer"], default="inner")
     parser.add_argument("--before", type=int, default=0, help="ms (default 0)")
     parser.add_argument("--after", type=int, default=600_000, help="ms (default 600000)")
@@ -276,7 +271,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="The reference (batch) join over Parquet or topics, same semantics as "
         "tables/ (docs/join-semantics.md).",
     )
-    add_join_arguments(parser)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", type=Path, help="Parquet directory from `generate`")
+    source.add_argument("--bootstrap", help="read the input topics from this Kafka cluster")
+    parser.add_argument("--impressions-topic", default="impressions")
+    parser.add_argument("--clicks-topic", default="clicks")
+    add_window_arguments(parser)
     parser.add_argument("--out", type=Path, help="write the results here as Parquet")
     return parser
 
