@@ -35,6 +35,7 @@ from faust.types import TP, AppT
 from yarl import URL
 
 from assignor import plan_with_stats, wire
+from assignor.faust_routing import RoutingUnavailable, prefetch, register_view
 from assignor.faust_scenario import (
     Join,
     MemberInfo,
@@ -52,10 +53,6 @@ log = logging.getLogger(__name__)
 PROTOCOL = "tandem"
 STOCK_KEY = "tandem"  # where a Tandem member hides its subscription in stock metadata
 LocalOffsets = Callable[[], Mapping[str, Mapping[int, int]]]
-
-
-class RoutingUnavailable(KeyError):
-    """The owner of a partition is not known to this worker (yet)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +94,10 @@ class TandemAssignor(PartitionAssignor):
     @property
     def epoch(self) -> int:
         return self._epoch
+
+    @property
+    def own_assignment(self) -> wire.Assignment:
+        return self._own
 
     @property
     def last_rebalance(self) -> RebalanceInfo | None:
@@ -217,6 +218,8 @@ class TandemAssignor(PartitionAssignor):
             self._own_distribution(own)
         if self._routing is not None and self._routing.epoch < own.epoch:
             self._routing = None  # stale: the leader keeps the new one
+        if self._routing is None and protocol == PROTOCOL:
+            prefetch(self, self.app.loop)
         self._info = RebalanceInfo(own.epoch, protocol, own.stats, time.time())
 
     def _own_distribution(self, own: wire.Assignment) -> None:
@@ -254,6 +257,26 @@ class TandemAssignor(PartitionAssignor):
                 "(assignor.faust_adapter.fetch_routing) or ask the leader"
             )
         return URL(owner)
+
+    def table_metadata(self, topic: str) -> dict[str, dict[str, list[int]]]:
+        return {url: tps for url, tps in self._by_url({topic}).items() if tps}
+
+    def tables_metadata(self) -> dict[str, dict[str, list[int]]]:
+        return self._by_url(self._table_changelogs())
+
+    def external_topics_metadata(self) -> dict[str, dict[str, list[int]]]:
+        routed = {t for g in (self._routing.groups if self._routing else []) for t in g}
+        return self._by_url(routed - self._table_changelogs())
+
+    def _by_url(self, topics: set[str]) -> dict[str, dict[str, list[int]]]:
+        """url -> topic -> partitions: the routing table's if known, else the stock maps."""
+        if self._routing is None:
+            merged = {**self.external_topic_distribution, **self.changelog_distribution}
+            return {
+                url: {t: list(p) for t, p in tps.items() if t in topics}
+                for url, tps in merged.items()
+            }
+        return self._routing.by_url(topics)
 
     def _table_changelogs(self) -> set[str]:
         return {
@@ -377,6 +400,8 @@ def install(
     if local_offsets is not None:
         assignor.local_offsets = local_offsets
     faust_join.install()
+    if app.conf.web_enabled:
+        register_view(app, assignor)
     transport = app.transport
     if not issubclass(transport.Consumer, Consumer):
         raise ImproperlyConfigured(f"Tandem needs the aiokafka transport, not {type(transport)}")

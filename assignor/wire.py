@@ -99,6 +99,16 @@ class RoutingTable:
                 return self.urls[owners[partition]]
         return None
 
+    def by_url(self, topics: set[str]) -> dict[str, dict[str, list[int]]]:
+        """url -> topic -> owned partitions, for the given topics (Faust's metadata shape)."""
+        result: dict[str, dict[str, list[int]]] = {url: {} for url in self.urls}
+        for group, owners in zip(self.groups, self.owners, strict=True):
+            for topic in sorted(set(group) & topics):
+                for partition, owner in enumerate(owners):
+                    if owner >= 0:
+                        result[self.urls[owner]].setdefault(topic, []).append(partition)
+        return result
+
 
 # ---------------------------------------------------------------- writer
 
