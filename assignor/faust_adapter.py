@@ -34,7 +34,7 @@ from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP, AppT
 from yarl import URL
 
-from assignor import plan_with_stats, wire
+from assignor import PlanStats, plan_with_stats, wire
 from assignor.faust_routing import RoutingUnavailable, prefetch, register_view
 from assignor.faust_scenario import (
     Join,
@@ -45,6 +45,7 @@ from assignor.faust_scenario import (
     member_assignments,
     routing_table,
     topic_counts,
+    with_global_tables,
 )
 from assignor.settings import TandemSettings
 
@@ -151,7 +152,9 @@ class TandemAssignor(PartitionAssignor):
             return {}
 
     def assign(
-        self, cluster: ClusterMetadata, member_metadata: Mapping[str, ConsumerProtocolMemberMetadata]
+        self,
+        cluster: ClusterMetadata,
+        member_metadata: Mapping[str, ConsumerProtocolMemberMetadata],
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         members: dict[str, MemberInfo] = {}
         for member, md in member_metadata.items():
@@ -164,38 +167,51 @@ class TandemAssignor(PartitionAssignor):
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         started = time.monotonic()
         subscribed = {t for info in members.values() for t in info.subscription}
-        cluster_counts = {t: len(cluster.partitions_for_topic(t) or ()) for t in subscribed}
-        counts = topic_counts(self.joins, subscribed, cluster_counts)
+        counts = topic_counts(
+            self.joins,
+            subscribed,
+            {t: len(cluster.partitions_for_topic(t) or ()) for t in subscribed},
+        )
+        # Global tables are everywhere (as in stock Faust): not the planner's business.
+        global_counts = {t: counts.pop(t) for t in self._global_changelogs() if t in counts}
         tables = self._table_changelogs()
         groups = copartition_groups(
             self.joins, counts, tables, [members[m].subscription for m in sorted(members)]
         )
         scenario = build_scenario(
-            members, counts, groups, tables | self._join_changelogs(),
-            self.settings.standby_replicas, self.joins, self.settings.acceptable_recovery_lag,
+            members,
+            counts,
+            groups,
+            tables | self._join_changelogs(),
+            self.settings.standby_replicas,
+            self.joins,
+            self.settings.acceptable_recovery_lag,
         )
         result = plan_with_stats(scenario)
         planned = result.assignment
         for warning in planned.get("warnings", []):
             log.warning("planner: %s", warning)
-        stats = wire.RebalanceStats(
-            tasks=result.stats.kept + result.stats.moved_warm + result.stats.moved_cold,
-            kept=result.stats.kept,
-            moved_warm=result.stats.moved_warm,
-            moved_cold=result.stats.moved_cold,
-            plan_ms=int((time.monotonic() - started) * 1000),
-        )
+        stats = _stats(result.stats, started)
         urls = {m: info.state.url for m, info in members.items() if info.state.url}
         self._routing = routing_table(planned, urls, groups, counts)
         own = member_assignments(planned, members, groups, str(self._url), stats)
         return {
-            member: ConsumerProtocolMemberAssignment(
-                self.version,
-                kafka_partitions(own[member], members[member].subscription, tables),
-                wire.encode_assignment(own[member]),
+            member: self._protocol_assignment(
+                with_global_tables(own[member], members[member].subscription, global_counts),
+                members[member].subscription,
+                tables | set(global_counts),
             )
             for member in members
         }
+
+    def _protocol_assignment(
+        self, own: wire.Assignment, subscription: frozenset[str], tables: set[str]
+    ) -> ConsumerProtocolMemberAssignment:
+        return ConsumerProtocolMemberAssignment(
+            self.version,
+            kafka_partitions(own, subscription, tables),
+            wire.encode_assignment(own),
+        )
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         try:
@@ -285,6 +301,13 @@ class TandemAssignor(PartitionAssignor):
             if not getattr(table, "is_global", False)
         }
 
+    def _global_changelogs(self) -> set[str]:
+        return {
+            topic
+            for topic, table in self._table_manager._changelogs.items()
+            if getattr(table, "is_global", False)
+        }
+
     def _join_changelogs(self) -> set[str]:
         return {j.changelog for j in self.joins if j.changelog}
 
@@ -315,7 +338,9 @@ class StockProtocol:
         )
 
     def assign(
-        self, cluster: ClusterMetadata, member_metadata: Mapping[str, ConsumerProtocolMemberMetadata]
+        self,
+        cluster: ClusterMetadata,
+        member_metadata: Mapping[str, ConsumerProtocolMemberMetadata],
     ) -> Mapping[str, ConsumerProtocolMemberAssignment]:
         ours = {m: _hidden_subscription(md) for m, md in member_metadata.items()}
         if all(state is not None for state in ours.values()):
@@ -351,6 +376,16 @@ def _hidden_subscription(md: ConsumerProtocolMemberMetadata) -> wire.Subscriptio
         return None
 
 
+def _stats(planned: PlanStats, started: float) -> wire.RebalanceStats:
+    return wire.RebalanceStats(
+        tasks=planned.kept + planned.moved_warm + planned.moved_cold,
+        kept=planned.kept,
+        moved_warm=planned.moved_warm,
+        moved_cold=planned.moved_cold,
+        plan_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
 def _groups_from_stock(topic_groups: Mapping[str, int]) -> list[list[str]]:
     by_group: dict[int, list[str]] = {}
     for topic, group in sorted(topic_groups.items()):
@@ -358,17 +393,17 @@ def _groups_from_stock(topic_groups: Mapping[str, int]) -> list[list[str]]:
     return [by_group[g] for g in sorted(by_group)]
 
 
-
 # ---------------------------------------------------------------- the app's calls
 
 
 def tandem(app: AppT) -> TandemAssignor:
-    """The app's Tandem assignor; the app must be built with ``PartitionAssignor=TandemAssignor``."""
+    """The app's Tandem assignor (the app is built with ``PartitionAssignor=TandemAssignor``)."""
     assignor = app.assignor
     if not isinstance(assignor, TandemAssignor):
         raise ImproperlyConfigured(
-            "Tandem needs faust.App(..., PartitionAssignor='assignor.faust_adapter:TandemAssignor'),"
-            f" not {type(assignor).__name__}"
+            "Tandem needs faust.App(..., "
+            "PartitionAssignor='assignor.faust_adapter:TandemAssignor'), "
+            f"not {type(assignor).__name__}"
         )
     return assignor
 

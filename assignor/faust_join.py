@@ -101,7 +101,10 @@ async def _on_join_error(self: Any, error_type: type[Exception]) -> None:
         await asyncio.sleep(self._retry_backoff_ms / 1000)
     elif error_type is errors.UnknownMemberIdError:
         coordinator.reset_generation()
-    elif error_type in (errors.GroupCoordinatorNotAvailableError, errors.NotCoordinatorForGroupError):
+    elif error_type in (
+        errors.GroupCoordinatorNotAvailableError,
+        errors.NotCoordinatorForGroupError,
+    ):
         coordinator.coordinator_dead()
     elif error_type in _FATAL:
         log.error("Attempt to join group failed due to fatal error: %s", error_type())

@@ -60,9 +60,10 @@ async def fetch_routing(
     url = own.leader_url.rstrip("/") + ROUTING_PATH
     try:
         client_timeout = aiohttp.ClientTimeout(total=timeout)
-        async with aiohttp.ClientSession(timeout=client_timeout) as session, session.get(
-            url
-        ) as response:
+        async with (
+            aiohttp.ClientSession(timeout=client_timeout) as session,
+            session.get(url) as response,
+        ):
             if response.status != 200:
                 return None
             table = wire.decode_routing(await response.read())

@@ -8,7 +8,7 @@ translation unit-testable.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from assignor.wire import Assignment, RebalanceStats, RoutingTable, Subscription, TopicPartitions
@@ -45,7 +45,9 @@ def verify_copartitioned(joins: Iterable[Join], counts: Mapping[str, int]) -> No
         known = {t: counts[t] for t in join.all_topics if counts.get(t)}
         if len(set(known.values())) > 1:
             listed = ", ".join(f"{t}={n}" for t, n in sorted(known.items()))
-            problems.append(f"join {list(join.all_topics)} has different partition counts: {listed}")
+            problems.append(
+                f"join {list(join.all_topics)} has different partition counts: {listed}"
+            )
     if problems:
         raise CopartitionError("; ".join(problems))
 
@@ -87,7 +89,8 @@ def copartition_groups(
             continue
         key = (counts[changelog], subscribers.get(changelog, frozenset()))
         mates = sorted(
-            t for t in counts
+            t
+            for t in counts
             if t not in taken and (counts[t], subscribers.get(t, frozenset())) == key
         )
         groups.append(mates)
@@ -184,6 +187,16 @@ def member_assignments(
         )
         for member in members
     }
+
+
+def with_global_tables(
+    assignment: Assignment, subscription: frozenset[str], global_counts: Mapping[str, int]
+) -> Assignment:
+    """Every member that subscribes to a global table's changelog reads all of it."""
+    everything = {t: list(range(n)) for t, n in global_counts.items() if t in subscription}
+    if not everything:
+        return assignment
+    return replace(assignment, active={**assignment.active, **everything})
 
 
 def kafka_partitions(

@@ -86,8 +86,13 @@ def test_settings_defaults_env_and_overrides() -> None:
     default = TandemSettings.from_env({})
     assert default.standby_replicas == 1 and default.capacity == 1.0 and default.rack == ""
     assert default.host  # this machine's name
-    env = {"TANDEM_STANDBY_REPLICAS": "2", "TANDEM_RACK": "eu-1a", "TANDEM_CAPACITY": "2.5",
-           "TANDEM_HOST": "node-a", "TANDEM_ACCEPTABLE_RECOVERY_LAG": "50"}
+    env = {
+        "TANDEM_STANDBY_REPLICAS": "2",
+        "TANDEM_RACK": "eu-1a",
+        "TANDEM_CAPACITY": "2.5",
+        "TANDEM_HOST": "node-a",
+        "TANDEM_ACCEPTABLE_RECOVERY_LAG": "50",
+    }
     configured = TandemSettings.from_env(env, defaults={"standby_replicas": 0})
     assert configured == TandemSettings(2, "node-a", "eu-1a", 2.5, 50)
     assert TandemSettings.from_env(env, rack="eu-1b").rack == "eu-1b"
@@ -96,8 +101,12 @@ def test_settings_defaults_env_and_overrides() -> None:
 
 @pytest.mark.parametrize(
     "env",
-    [{"TANDEM_STANDBY_REPLICAS": "two"}, {"TANDEM_CAPACITY": "0"}, {"TANDEM_CAPACITY": "nan"},
-     {"TANDEM_ACCEPTABLE_RECOVERY_LAG": "-1"}],
+    [
+        {"TANDEM_STANDBY_REPLICAS": "two"},
+        {"TANDEM_CAPACITY": "0"},
+        {"TANDEM_CAPACITY": "nan"},
+        {"TANDEM_ACCEPTABLE_RECOVERY_LAG": "-1"},
+    ],
 )
 def test_bad_settings_are_refused(env: dict[str, str]) -> None:
     with pytest.raises(SettingsError):
@@ -150,7 +159,9 @@ def test_scenario_members_host_the_changelog_of_joins_they_consume() -> None:
     scenario = build_scenario(members, counts, groups, {CHANGELOG}, 1, joins)
     assert scenario["members"]["a"]["topics"] == sorted([IMP, CLK, CHANGELOG])
     assert scenario["members"]["a"]["epoch"] == 3 and scenario["members"]["a"]["rack"] == "r1"
-    assert scenario["members"]["b"]["topics"] == ["audit"] and "host" not in scenario["members"]["b"]
+    assert (
+        scenario["members"]["b"]["topics"] == ["audit"] and "host" not in scenario["members"]["b"]
+    )
     assert scenario["copartition_groups"] == [sorted([IMP, CLK, CHANGELOG])]
     assert scenario["changelog_topics"] == [CHANGELOG]
 
@@ -172,7 +183,9 @@ def test_the_consumer_fetches_subscribed_actives_and_table_standbys_only() -> No
     )
     subscription = frozenset({IMP, CLK, "t-changelog"})
     assert kafka_partitions(own, subscription, {"t-changelog"}) == [
-        (CLK, [0]), (IMP, [0]), ("t-changelog", [1, 3])
+        (CLK, [0]),
+        (IMP, [0]),
+        ("t-changelog", [1, 3]),
     ]
 
 
@@ -272,8 +285,7 @@ def test_key_store_own_partitions_then_the_routing_table() -> None:
 
 
 def _stock_member_metadata(url: str) -> ConsumerProtocolMemberMetadata:
-    body = {"assignment": {"actives": {}, "standbys": {}}, "url": url,
-            "changelog_distribution": {}}
+    body = {"assignment": {"actives": {}, "standbys": {}}, "url": url, "changelog_distribution": {}}
     return ConsumerProtocolMemberMetadata(4, [IMP, CLK], json.dumps(body).encode())
 
 

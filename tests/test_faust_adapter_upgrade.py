@@ -41,9 +41,20 @@ class Probe:
         env = {**os.environ, **self.env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "assignor.faust_probe", self.mode, app_id, bootstrap,
-                 topic, str(self.report)],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "assignor.faust_probe",
+                    self.mode,
+                    app_id,
+                    bootstrap,
+                    topic,
+                    str(self.report),
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
         return self
@@ -99,7 +110,9 @@ def probes(*workers: Probe) -> Iterator[tuple[Probe, ...]]:
 
 
 def _logs(*workers: Probe) -> str:
-    return "\n".join(f"--- {w.name}\n{w.log.read_text()[-3000:]}" for w in workers if w.log.exists())
+    return "\n".join(
+        f"--- {w.name}\n{w.log.read_text()[-3000:]}" for w in workers if w.log.exists()
+    )
 
 
 def test_stock_and_tandem_share_a_group_then_it_switches_to_tandem(
