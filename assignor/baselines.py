@@ -13,6 +13,7 @@ Each strategy is split in three so the benchmark times only the assignor itself:
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -183,17 +184,44 @@ def _faust_app(scenario: Scenario) -> Any:
     return app
 
 
-def _faust_user_data(member: Mapping[str, Any], url: str) -> bytes:
-    """What a Faust member sends: its last assignment (distributions left empty, see docs)."""
-    from faust.assignor.client_assignment import ClientAssignment, ClientMetadata
+def _url(member: str) -> str:
+    return f"http://{member}:6066"
 
-    previous = ClientAssignment(
-        actives={t: list(ps) for t, ps in (member.get("previous_active") or {}).items()},
-        standbys={t: list(ps) for t, ps in (member.get("previous_standby") or {}).items()},
-    )
-    meta = ClientMetadata(assignment=previous, url=url, changelog_distribution={},
-                          topic_groups={})
-    return meta.dumps()
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _faust_shared_state(scenario: Scenario) -> bytes:
+    """The cluster-wide maps every Faust member echoes from its last assignment, in JSON.
+
+    Each member sends the whole previous changelog and external-topic distribution back to
+    the leader (`PartitionAssignor.metadata`), so its user data grows with the cluster.
+    """
+    cls = changelogs(scenario)
+    changelog: dict[str, dict[str, list[int]]] = {}
+    external: dict[str, dict[str, list[int]]] = {}
+    for m, d in sorted(_members(scenario).items()):
+        prev = d.get("previous_active") or {}
+        changelog[_url(m)] = {t: list(ps) for t, ps in prev.items() if t in cls}
+        external[_url(m)] = {t: list(ps) for t, ps in prev.items() if t not in cls}
+    topic_groups = {t: i for i, (ts, _) in enumerate(groups(scenario)) for t in ts}
+    return (b'"changelog_distribution":' + _json(changelog) + b',"external_topic_distribution":'
+            + _json(external) + b',"topic_groups":' + _json(topic_groups))
+
+
+EMPTY_STATE = b'"changelog_distribution":{},"external_topic_distribution":{},"topic_groups":{}'
+
+
+def _faust_user_data(member: str, data: Mapping[str, Any], shared: bytes) -> bytes:
+    """Faust's ClientMetadata JSON (as `ClientMetadata.dumps()` writes it), shared maps spliced."""
+    previous = {
+        "actives": {t: list(ps) for t, ps in (data.get("previous_active") or {}).items()},
+        "standbys": {t: list(ps) for t, ps in (data.get("previous_standby") or {}).items()},
+    }
+    fresh = not previous["actives"] and not previous["standbys"]  # new or restarted process
+    return (b'{"assignment":' + _json(previous) + b',"url":' + _json(_url(member)) + b","
+            + (EMPTY_STATE if fresh else shared) + b"}")
 
 
 def _faust_full_prepare(scenario: Scenario) -> tuple[Any, StaticCluster, dict[str, Any]]:
@@ -206,9 +234,10 @@ def _faust_full_prepare(scenario: Scenario) -> tuple[Any, StaticCluster, dict[st
 
     app = _faust_app(scenario)
     assignor = CapturingAssignor(app, replicas=app.conf.table_standby_replicas)
+    shared = _faust_shared_state(scenario)
     metadata = {
         m: ConsumerProtocolMemberMetadata(
-            4, _subscription(scenario, d), _faust_user_data(d, f"http://{m}:6066"))
+            4, _subscription(scenario, d), _faust_user_data(m, d, shared))
         for m, d in sorted(_members(scenario).items())
     }
     return assignor, StaticCluster(scenario.get("topics", {})), metadata

@@ -264,6 +264,8 @@ def write_markdown(rows: list[Row], command: str, path: Path, started: datetime)
         command,
         "```",
         "",
+        f"Planner: {_planner_version()}.",
+        "",
         *METHOD,
         "",
         "## Targets (Tandem)",
@@ -284,6 +286,19 @@ def write_markdown(rows: list[Row], command: str, path: Path, started: datetime)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return text
+
+
+def _planner_version() -> str:
+    """The commit, and whether the planner's files differed from it during the run."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], capture_output=True, text=True,
+                              cwd=OUT_DIR.parent.parent).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", "assignor/__init__.py", "assignor/core")
+    return f"commit {git('rev-parse', '--short', 'HEAD')}" + (
+        " with uncommitted changes in assignor/core (work in progress)" if dirty else "")
 
 
 def _cpus() -> int:
