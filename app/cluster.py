@@ -35,6 +35,7 @@ class WorkerProcess:
     partitions: int = 6
     topic_prefix: str = ""
     assignor: str = "tandem"
+    state: str = "tables"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -62,6 +63,7 @@ class WorkerProcess:
             "TANDEM_PARTITIONS": str(self.partitions),
             "TANDEM_TOPIC_PREFIX": self.topic_prefix,
             "TANDEM_ASSIGNOR": self.assignor,
+            "TANDEM_STATE": self.state,
             # The embedded broker holds JoinGroup for half the session timeout.
             "TANDEM_SESSION_TIMEOUT_MS": str(FAST_GROUP_SETTINGS["session_timeout_ms"]),
             "TANDEM_HEARTBEAT_MS": str(FAST_GROUP_SETTINGS["heartbeat_interval_ms"]),

@@ -39,6 +39,7 @@ class Settings:
     request_timeout_ms: int
     topic_prefix: str
     assignor: str
+    state: str
 
     @property
     def impressions(self) -> str:
@@ -90,4 +91,6 @@ def from_env() -> Settings:
         request_timeout_ms=_int("TANDEM_REQUEST_TIMEOUT_MS", 30000),
         topic_prefix=_env("TANDEM_TOPIC_PREFIX", ""),
         assignor=_env("TANDEM_ASSIGNOR", "tandem"),
+        # "tables" (RocksDB, tables/) or "interim" (in-memory + files, app/state.py).
+        state=_env("TANDEM_STATE", "tables"),
     )

@@ -152,7 +152,7 @@ class StateManager:
     def rebalance_started(self) -> None:
         self.rebalance = Rebalance()
 
-    def on_assignment(self, active: set[int], standby: set[int]) -> None:
+    async def on_assignment(self, active: set[int], standby: set[int]) -> None:
         """Adopt a new assignment: new actives restore, the rest follow or are dropped."""
         previous = set(self.active)
         self.active, self.standby = set(active), set(standby) - set(active)
@@ -195,7 +195,7 @@ class StateManager:
         Emitting first keeps at-least-once: a crash before the changelog write
         replays the input on the new owner, which emits the same join ids again.
         """
-        state = self._state(partition)
+        state = await self.operator(partition)
         if state.join.seen(side, record["event_id"]):
             return  # a redelivery: no result, nothing to log
         await emit(state.process(side, record))
@@ -203,6 +203,24 @@ class StateManager:
         value = json.dumps({"side": side, "record": record}).encode()
         offset = await self._send(self.changelog, key, value, partition)
         state.persist(offset, side, record)
+
+    def joined_counts(self) -> dict[int, int]:
+        return {p: s.joined for p, s in sorted(self.states.items()) if p in self.active}
+
+    def late(self) -> int:
+        return sum(s.join.late for p, s in self.states.items() if p in self.active)
+
+    def campaigns(self) -> dict[str, dict[str, int]]:
+        totals: dict[str, dict[str, int]] = {}
+        for partition, state in self.states.items():
+            if partition not in self.active:
+                continue
+            for kind, counts in (("impressions", state.stats.impressions),
+                                 ("clicks", state.stats.clicks)):
+                for campaign, n in counts.items():
+                    entry = totals.setdefault(campaign, {"impressions": 0, "clicks": 0})
+                    entry[kind] += n
+        return totals
 
     def local_offsets(self) -> dict[int, int]:
         """Changelog offset each partition held here reflects (in memory or on disk)."""

@@ -11,6 +11,7 @@ import faust
 from faust.types import TP
 from faust.web import Request, Response, View
 
+from app.join_state import TablesState
 from app.settings import Settings
 from app.state import StateManager
 from app.view import render_html
@@ -23,9 +24,12 @@ class Worker:
     def __init__(self, app: faust.App, settings: Settings) -> None:
         self.app = app
         self.settings = settings
-        self.state = StateManager(
-            _bootstrap(settings.broker), settings.changelog, settings.data_dir, self._send
-        )
+        bootstrap = _bootstrap(settings.broker)
+        self.state: StateManager | TablesState
+        if settings.state == "interim":
+            self.state = StateManager(bootstrap, settings.changelog, settings.data_dir, self._send)
+        else:
+            self.state = TablesState(bootstrap, settings.changelog, settings.data_dir)
         self.started = False
         self.processed: dict[int, int] = {}  # partition -> last input offset, both sides
         self.positions: dict[TP, int] = {}
@@ -51,7 +55,6 @@ class Worker:
             await self._dead_letter(message, checked.reason)
             return
         await self.ensure_started()
-        await self.state.operator(message.partition)
         await self.state.record(message.partition, side, checked, self._emit)
 
     async def _emit(self, results: list[dict[str, Any]]) -> None:
@@ -89,12 +92,15 @@ class Worker:
         topic = self.settings.impressions
         active = {tp.partition for tp in assigned if tp.topic == topic}
         standby = {tp.partition for tp in self.app.assignor.assigned_standbys() if tp.topic == topic}
-        self.state.on_assignment(active, standby)
+        await self.state.on_assignment(active, standby)
 
     def view(self) -> dict[str, Any]:
         """This worker's view of the group (JSON of /tandem/)."""
         state = self.state
-        stats = _campaigns(state)
+        stats = {
+            c: {**n, "ctr": round(n["clicks"] / n["impressions"], 4) if n["impressions"] else 0.0}
+            for c, n in sorted(state.campaigns().items())
+        }
         return {
             "worker": self.settings.worker,
             "host": self.settings.host,
@@ -102,15 +108,16 @@ class Worker:
             "app_id": self.settings.app_id,
             "url": str(self.app.conf.canonical_url),
             "assignor": self.settings.assignor,
+            "state": self.settings.state,
             "actives": sorted(state.active),
             "standbys": sorted(state.standby),
             "wire": _wire(self.app),
             "lag": {str(p): self._lag(p) for p in sorted(state.active)},
             "standby_lag": {str(p): state.lag(p) for p in sorted(state.standby)},
-            "joined": {str(p): s.joined for p, s in sorted(state.states.items()) if p in state.active},
+            "joined": {str(p): n for p, n in sorted(state.joined_counts().items())},
             "outputs": self.outputs,
             "dead_letters": self.dead_letters,
-            "late": sum(s.join.late for p, s in state.states.items() if p in state.active),
+            "late": state.late(),
             "replayed_total": state.total_replayed,
             "rebalances": self.rebalances,
             "last_rebalance": state.rebalance.as_dict(),
@@ -146,23 +153,6 @@ def _wire(app: faust.App) -> dict[str, list[int]]:
     for tp in tps:
         wire.setdefault(tp.topic, []).append(tp.partition)
     return {topic: sorted(parts) for topic, parts in sorted(wire.items())}
-
-
-def _campaigns(state: StateManager) -> dict[str, dict[str, float]]:
-    """Per-campaign impressions, joined clicks and click-through over this worker's actives."""
-    impressions: dict[str, int] = {}
-    clicks: dict[str, int] = {}
-    for partition, part in state.states.items():
-        if partition not in state.active:
-            continue
-        for campaign, n in part.stats.impressions.items():
-            impressions[campaign] = impressions.get(campaign, 0) + n
-        for campaign, n in part.stats.clicks.items():
-            clicks[campaign] = clicks.get(campaign, 0) + n
-    return {
-        c: {"impressions": n, "clicks": clicks.get(c, 0), "ctr": round(clicks.get(c, 0) / n, 4)}
-        for c, n in sorted(impressions.items())
-    }
 
 
 def build(settings: Settings) -> faust.App:

@@ -5,6 +5,7 @@ Every wait is bounded; workers are stopped by their process ids.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -67,12 +68,14 @@ def test_sigkill_survivors_take_over_and_nothing_is_lost(
             promoted |= set(view["last_rebalance"]["moved_warm"])
         # Standbys are promoted: at least one lost partition moved warm.
         assert promoted & lost, survivors
-        outputs = c.read(c.settings.joins, len(traffic.expected))
-        join_ids = {o["join_id"] for o in outputs}
+        join_ids = c.joins(traffic.expected)
         assert traffic.expected <= join_ids, f"missing {len(traffic.expected - join_ids)}"
         assert join_ids <= traffic.expected  # no wrong result
-        letters = c.read(c.settings.dead_letters, traffic.bad, timeout=10)
-        assert len({(d["partition"], d["offset"]) for d in letters}) == traffic.bad
+        def where(letters: list[dict]) -> set[tuple[int, int]]:
+            return {(d["partition"], d["offset"]) for d in letters}
+
+        letters = c.read(c.settings.dead_letters, lambda rs: len(where(rs)) >= traffic.bad, 15)
+        assert len(where(letters)) == traffic.bad
         assert all(d["reason"].startswith("malformed JSON") for d in letters)
 
 
@@ -85,7 +88,8 @@ def test_restarted_worker_gets_partitions_back_from_local_state(
         c.wait_covered()
         traffic = c.traffic(unique)
         c.send(traffic, 300)
-        assert wait_for(lambda: sum((first.view() or {}).get("joined", {}).values()) > 0, 20)
+        assert traffic.expected <= c.joins(traffic.expected)  # processed...
+        time.sleep(2)  # ...and its input offsets committed (every second)
         first.kill()
         c.wait_covered(timeout=45)
         c.send(traffic, 100)
@@ -96,6 +100,7 @@ def test_restarted_worker_gets_partitions_back_from_local_state(
         # Its files held every partition (active or standby before): all come back warm,
         # replaying only the tail it missed while down, not the whole changelog.
         assert rebalance["moved_warm"] and not rebalance["moved_cold"], rebalance
-        assert rebalance["replayed"] < 200, rebalance
-        outputs = c.read(c.settings.joins, len(traffic.expected))
-        assert traffic.expected <= {o["join_id"] for o in outputs}
+        ends = c.highwaters(c.settings.changelog)
+        whole = sum(ends[p] for p in rebalance["moved_warm"])
+        assert rebalance["replayed"] < whole / 2, (rebalance, whole)
+        assert traffic.expected <= c.joins(traffic.expected)

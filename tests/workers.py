@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.broker import EmbeddedBroker
 from app.cluster import WorkerProcess, covered, wait_for
@@ -24,6 +24,7 @@ from app.topics import create_topics
 from app.traffic import Traffic, run_traffic
 
 PARTITIONS = 6
+Done = Callable[[list[dict[str, Any]]], bool]
 
 
 @dataclasses.dataclass
@@ -55,19 +56,51 @@ class Cluster:
     def traffic(self, run: str) -> Traffic:
         return Traffic(self.settings.impressions, self.settings.clicks, run=run)
 
-    def read(self, topic: str, expect: int, timeout: float = 30) -> list[dict[str, Any]]:
-        """At least `expect` records of `topic` (or all there are after `timeout`)."""
-        return asyncio.run(_read(self.broker.bootstrap, topic, expect, timeout))
+    def read(self, topic: str, done: Done, timeout: float = 30) -> list[dict[str, Any]]:
+        """Records of `topic` until `done(records)` holds (or all there are after `timeout`)."""
+        return asyncio.run(_read(self.broker.bootstrap, topic, done, timeout))
+
+    def joins(self, expected: set[str], timeout: float = 30) -> set[str]:
+        """Join ids read back, once they cover `expected` (duplicates may come first)."""
+        records = self.read(self.settings.joins, lambda rs: expected <= _ids(rs), timeout)
+        return _ids(records)
 
 
-async def _read(bootstrap: str, topic: str, expect: int, timeout: float) -> list[dict[str, Any]]:
+    def highwaters(self, topic: str) -> dict[int, int]:
+        """Each partition's end offset, from fetch responses (ListOffsets is short on tansu)."""
+        return asyncio.run(_highwaters(self.broker.bootstrap, topic))
+
+
+async def _highwaters(bootstrap: str, topic: str, timeout: float = 15) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            await consumer.getmany(timeout_ms=200, max_records=1)
+            if all(consumer.highwater(tp) is not None for tp in tps):
+                return {tp.partition: int(consumer.highwater(tp)) for tp in tps}
+    finally:
+        await consumer.stop()
+    raise TimeoutError(f"no high watermark for every partition of {topic}")
+
+
+def _ids(records: list[dict[str, Any]]) -> set[str]:
+    return {r["join_id"] for r in records}
+
+
+async def _read(bootstrap: str, topic: str, done: Done, timeout: float) -> list[dict[str, Any]]:
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     await consumer.start()
     seen: list[dict[str, Any]] = []
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while len(seen) < expect and loop.time() < deadline:
+        while not done(seen) and loop.time() < deadline:
             batch = await consumer.getmany(timeout_ms=300)
             seen.extend(json.loads(r.value) for records in batch.values() for r in records)
     finally:

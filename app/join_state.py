@@ -1,0 +1,134 @@
+"""The app's join state on `tables/` (RocksDB per partition, changelog, standbys).
+
+`JoinTables.on_assignment` restores new actives before it returns, while Faust
+may already deliver their records: `operator()` waits until the partition is
+restored. Per-campaign counters (the click-through table) live in the join
+state's metadata, so they travel in the changelog and survive a takeover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from app.state import Emit, Rebalance
+from tables import keys
+from tables.changelog import JoinTables
+from tables.join import JoinType, WindowedJoin
+from tables.records import Side
+
+_CTR = "ctr:"
+
+
+class TablesState:
+    """Same surface as app.state.StateManager, backed by tables.changelog.JoinTables."""
+
+    def __init__(self, bootstrap: str, changelog: str, data_dir: Path) -> None:
+        self.changelog = changelog
+        self.tables = JoinTables(
+            bootstrap, changelog, data_dir / "join-state", join_type=JoinType.INNER
+        )
+        self.active: set[int] = set()
+        self.standby: set[int] = set()
+        self.joined: dict[int, int] = {}  # results emitted by this process, per partition
+        self.rebalance = Rebalance()
+        self.total_replayed = 0
+        self._ready: dict[int, asyncio.Event] = {}
+
+    async def start(self) -> None:
+        await self.tables.start()
+
+    def rebalance_started(self) -> None:
+        self.rebalance = Rebalance()
+
+    async def on_assignment(self, active: set[int], standby: set[int]) -> None:
+        previous, local = set(self.active), self.tables.local_offsets()
+        rebalance = self.rebalance
+        rebalance.kept = sorted(previous & active)
+        moved = sorted(active - previous)
+        # Warm: a standby here or files on this disk already hold part of the state.
+        rebalance.warm = [p for p in moved if p in self.standby or p in local]
+        rebalance.cold = [p for p in moved if p not in rebalance.warm]
+        for partition in moved:
+            self._ready.setdefault(partition, asyncio.Event()).clear()
+        self.active, self.standby = set(active), set(standby) - set(active)
+        await self.tables.on_assignment(self.active, self.standby)
+        replayed = sum(self.tables.replayed.get(p, 0) for p in moved)
+        rebalance.replayed = replayed
+        self.total_replayed += replayed
+        rebalance.seconds = round(time.time() - rebalance.started, 3)
+        for partition in moved:
+            self._ready[partition].set()
+
+    async def operator(self, partition: int) -> WindowedJoin | None:
+        """The restored join of an active partition; None if it is not ours (revoked)."""
+        event = self._ready.get(partition)
+        if event is not None:
+            await event.wait()
+        return self.tables.operator(partition) if partition in self.active else None
+
+    async def record(self, partition: int, side: Side, record: dict[str, Any], emit: Emit) -> None:
+        """Join, emit and await the results, then changelog + state (tables' contract)."""
+        join = await self.operator(partition)
+        if join is None:
+            return  # revoked meanwhile: the new owner processes it (offset not committed here)
+        dropped = (join.duplicates, join.late)
+        results = join.process(side, record)
+        accepted = (join.duplicates, join.late) == dropped
+        _count_campaigns(join, side, record, results, accepted)
+        await emit(results)
+        await self.tables.commit(partition)
+        self.joined[partition] = self.joined.get(partition, 0) + len(results)
+
+    def joined_counts(self) -> dict[int, int]:
+        return {p: self.joined.get(p, 0) for p in sorted(self.active)}
+
+    def local_offsets(self) -> dict[int, int]:
+        return self.tables.local_offsets()
+
+    def lag(self, partition: int) -> int | None:
+        return None  # JoinTables does not expose its standby consumer's high watermark yet
+
+    def late(self) -> int:
+        return sum(self.tables.operator(p).late for p in self.active if self._is_ready(p))
+
+    def campaigns(self) -> dict[str, dict[str, int]]:
+        """Impressions and joined clicks per campaign over this worker's actives."""
+        totals: dict[str, dict[str, int]] = {}
+        for partition in self.active:
+            if not self._is_ready(partition):
+                continue
+            state = self.tables.operator(partition).state
+            lo, hi = keys.meta_key(_CTR), keys.meta_key(_CTR[:-1] + ";")
+            for key, value in state.scan(lo, hi):
+                kind, campaign = key[len(keys.meta_key(_CTR)) :].decode().split(":", 1)
+                entry = totals.setdefault(campaign, {"impressions": 0, "clicks": 0})
+                entry["impressions" if kind == "i" else "clicks"] += keys.decode_int(value)
+        return totals
+
+    def _is_ready(self, partition: int) -> bool:
+        event = self._ready.get(partition)
+        return partition in self.active and (event is None or event.is_set())
+
+    async def close(self) -> None:
+        await self.tables.close()
+
+
+def _count_campaigns(
+    join: WindowedJoin,
+    side: str,
+    record: dict[str, Any],
+    results: list[dict[str, Any]],
+    accepted: bool,
+) -> None:
+    # Kept as join metadata so the counters ride the changelog with the state.
+    # Uses WindowedJoin's metadata helpers (_meta/_set_meta): no public API for this yet.
+    bumps: list[str] = []
+    if side == "left" and accepted:
+        bumps.append(f"{_CTR}i:{record['campaign_id']}")
+    bumps += [f"{_CTR}c:{r['campaign_id']}" for r in results if r["kind"] == "inner"]
+    for name in bumps:
+        join._set_meta(name, (join._meta(name) or 0) + 1)
+
