@@ -315,3 +315,55 @@ def test_all_tandem_under_the_faust_name_plans_with_tandem() -> None:
     members["m2"].stock.on_assignment(out["m2"])
     info = members["m2"].last_rebalance
     assert info is not None and info.protocol == "tandem" and info.epoch == 1
+
+
+def test_global_tables_are_read_everywhere_and_tables_get_standbys() -> None:
+    apps = {m: make_app(port) for m, port in (("m1", 7001), ("m2", 7002))}
+    for app in apps.values():
+        app.GlobalTable("settings", default=int, partitions=2)
+        app.Table("counts", default=int, partitions=4)
+    members = {m: tandem(app) for m, app in apps.items()}
+    glob = f"{apps['m1'].conf.id}-settings-changelog"
+    counts_changelog = f"{apps['m1'].conf.id}-counts-changelog"
+    topics = (IMP, CLK, glob, counts_changelog)
+    md = {m: a.metadata(set(topics)) for m, a in members.items()}
+    out = members["m1"].assign(Cluster({**COUNTS, glob: 2, counts_changelog: 4}), md)
+    for member in members:
+        fetched = dict(out[member].assignment)
+        assert fetched[glob] == [0, 1]
+        # A Faust table's standby is replayed by Faust's consumer, so it is fetched.
+        own = wire.decode_assignment(out[member].user_data)
+        assert set(fetched[counts_changelog]) == set(
+            own.active[counts_changelog] + own.standby[counts_changelog]
+        )
+
+
+async def test_fetch_routing_from_the_leader_over_http() -> None:
+    from aiohttp import web
+
+    from assignor.faust_routing import ROUTING_PATH, fetch_routing
+
+    members = {m: tandem(make_app(port)) for m, port in (("m1", 7001), ("m2", 7002))}
+    plan_round(members["m1"], members)
+    table = members["m1"].routing
+    assert table is not None
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(body=wire.encode_routing(table))
+
+    server = web.Application()
+    server.router.add_get(ROUTING_PATH, serve)
+    runner = web.AppRunner(server)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        follower = members["m2"]
+        follower._own = wire.Assignment(
+            epoch=table.epoch, active=follower.actives(), leader_url=f"http://127.0.0.1:{port}"
+        )
+        assert await fetch_routing(follower, timeout=5) == table
+        assert follower.routing == table
+    finally:
+        await runner.cleanup()
