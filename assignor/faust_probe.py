@@ -26,12 +26,16 @@ from assignor.faust_adapter import TandemAssignor, declare_join, install
 def build(mode: str, app_id: str, bootstrap: str, topic: str, report: Path) -> faust.App:
     tandem = mode == "tandem"
     extra: dict[str, Any] = {"PartitionAssignor": TandemAssignor} if tandem else {}
+    port = int(os.environ.get("PROBE_WEB_PORT", "6066"))
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
         store="memory://",
-        web_enabled=False,
-        web_port=int(os.environ.get("PROBE_WEB_PORT", "6066")),
+        # PROBE_WEB=1: serve the web (and the routing table) on 127.0.0.1.
+        web_enabled=os.environ.get("PROBE_WEB") == "1",
+        web_port=port,
+        web_bind="127.0.0.1",
+        canonical_url=f"http://127.0.0.1:{port}",
         broker_session_timeout=FAST_GROUP_SETTINGS["session_timeout_ms"] / 1000,
         broker_heartbeat_interval=FAST_GROUP_SETTINGS["heartbeat_interval_ms"] / 1000,
         broker_request_timeout=FAST_GROUP_SETTINGS["request_timeout_ms"] / 1000,
@@ -60,11 +64,13 @@ def build(mode: str, app_id: str, bootstrap: str, topic: str, report: Path) -> f
 def _state(app: faust.App, topic: str) -> dict[str, Any]:
     assignor = app.assignor
     info = getattr(assignor, "last_rebalance", None)
+    routing = getattr(assignor, "routing", None)
     return {
         "pid": os.getpid(),
         "assignor": type(assignor).__name__,
         "planned_by": info.protocol if info else "faust-stock",
         "epoch": info.epoch if info else None,
+        "routing_epoch": routing.epoch if routing else None,
         "partitions": sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == topic),
     }
 

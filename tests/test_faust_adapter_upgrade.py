@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app.broker import EmbeddedBroker
+from app.broker import EmbeddedBroker, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -165,3 +165,30 @@ def test_a_join_with_different_partition_counts_stops_the_worker(
         assert worker.process.returncode != 0
         assert f"{left}=4" in log and f"{right}=3" in log, log[-3000:]
         assert not worker.partitions()
+
+
+def test_a_new_group_of_tandem_workers_plans_with_tandem_and_shares_routing(
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    topic, app_id = f"fresh-{unique}", f"fresh-app-{unique}"
+    asyncio.run(_create_topics(broker.bootstrap, {topic: PARTITIONS}))
+    one = Probe("tandem", "one", tmp_path, PROBE_WEB="1", PROBE_WEB_PORT=str(free_port()))
+    two = Probe("tandem", "two", tmp_path, PROBE_WEB="1", PROBE_WEB_PORT=str(free_port()))
+    with probes(one, two):
+        one.start(app_id, broker.bootstrap, topic)
+        two.start(app_id, broker.bootstrap, topic)
+
+        def settled() -> bool:
+            states = [one.state() or {}, two.state() or {}]
+            owned = sorted(one.partitions() + two.partitions())
+            return owned == list(range(PARTITIONS)) and all(
+                s.get("planned_by") == "tandem"
+                and one.partitions()
+                and two.partitions()
+                # The follower fetched the leader's routing table for this generation.
+                and s.get("routing_epoch") == s.get("epoch")
+                for s in states
+            )
+
+        assert wait_for(settled, 45), _logs(one, two)
+        assert "protocol tandem" in one.log.read_text() + two.log.read_text()
