@@ -253,7 +253,7 @@ class TandemAssignor(PartitionAssignor):
     def group_for_topic(self, topic: str) -> int:
         # Faust asks this for every keyed send, including topics this group does
         # not consume (stock raises KeyError there); they share one extra group.
-        return self._topic_groups.get(topic, len(self._topic_groups))
+        return self._topic_groups.get(topic, len(self._own.topic_groups))
 
     def key_store(self, topic: str, key: bytes) -> URL:
         return self._owner_url(self.app.producer.key_partition(topic, key))
