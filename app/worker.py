@@ -89,9 +89,11 @@ class Worker:
     async def on_assigned(self, assigned: set[TP]) -> None:
         await self.ensure_started()
         self.rebalances += 1
-        topic = self.settings.impressions
-        active = {tp.partition for tp in assigned if tp.topic == topic}
-        standby = {tp.partition for tp in self.app.assignor.assigned_standbys() if tp.topic == topic}
+        s = self.settings
+        active = {tp.partition for tp in assigned if tp.topic == s.impressions}
+        # Stock Faust lists standbys under the inputs, Tandem under the changelog too.
+        topics = {s.impressions, s.clicks, s.changelog}
+        standby = {tp.partition for tp in self.app.assignor.assigned_standbys() if tp.topic in topics}
         await self.state.on_assignment(active, standby)
 
     def view(self) -> dict[str, Any]:
@@ -121,6 +123,7 @@ class Worker:
             "replayed_total": state.total_replayed,
             "rebalances": self.rebalances,
             "last_rebalance": state.rebalance.as_dict(),
+            "group_rebalance": _group_rebalance(self.app),
             "campaigns": stats,
         }
 
@@ -136,6 +139,23 @@ class Worker:
                 return None
             total += max(0, high - 1 - self.positions.get(tp, -1))
         return total
+
+
+def _group_rebalance(app: faust.App) -> dict[str, Any] | None:
+    """The whole group's last rebalance as the Tandem planner counted it (None on stock)."""
+    info = getattr(app.assignor, "last_rebalance", None)
+    if info is None:
+        return None
+    stats = info.stats
+    return {
+        "epoch": info.epoch,
+        "protocol": info.protocol,
+        "tasks": stats.tasks,
+        "kept": stats.kept,
+        "moved_warm": stats.moved_warm,
+        "moved_cold": stats.moved_cold,
+        "plan_ms": stats.plan_ms,
+    }
 
 
 def _bootstrap(url: str) -> str:
@@ -157,11 +177,24 @@ def _wire(app: faust.App) -> dict[str, list[int]]:
 
 def build(settings: Settings) -> faust.App:
     """The Faust app configured from `settings` (see app/settings.py)."""
-    app = faust.App(settings.app_id, **_faust_settings(settings))
+    extra: dict[str, Any] = {}
+    if settings.assignor == "tandem":
+        extra["PartitionAssignor"] = "assignor.faust_adapter:TandemAssignor"
+    app = faust.App(settings.app_id, **_faust_settings(settings), **extra)
     worker = Worker(app, settings)
     app.tandem = worker  # type: ignore[attr-defined]
     _register(app, worker, settings)
+    if settings.assignor == "tandem":
+        _install_tandem(app, worker, settings)
     return app
+
+
+def _install_tandem(app: faust.App, worker: Worker, settings: Settings) -> None:
+    """Tandem's assignor (docs/assignor-adapter.md): one co-partitioned join, local offsets."""
+    from assignor.faust_adapter import declare_join, install
+
+    declare_join(app, topics=[settings.impressions, settings.clicks], changelog=settings.changelog)
+    install(app, local_offsets=lambda: {settings.changelog: worker.state.local_offsets()})
 
 
 def _faust_settings(settings: Settings) -> dict[str, Any]:
