@@ -17,6 +17,8 @@ from aiokafka.coordinator.protocol import (
 )
 from faust.exceptions import ImproperlyConfigured
 from faust.types import TP
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from assignor import wire
 from assignor.faust_adapter import (
@@ -367,3 +369,33 @@ async def test_fetch_routing_from_the_leader_over_http() -> None:
         assert follower.routing == table
     finally:
         await runner.cleanup()
+
+
+@given(
+    st.integers(1, 5),
+    st.lists(st.integers(0, 4), max_size=12),
+    st.booleans(),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_any_group_gets_a_valid_co_partitioned_kafka_assignment(
+    size: int, history: list[int], garbage: bool
+) -> None:
+    """Whatever the members claim, the consumers together fetch each input partition once."""
+    counts = {IMP: 6, CLK: 6}
+    leader = tandem(make_app(7001))
+    md = {}
+    for i in range(size):
+        held = [p for p, owner in enumerate(history[:6]) if owner == i]
+        sub = wire.Subscription(
+            epoch=1, url=f"http://w{i}:1", host=f"h{i % 2}", previous_active={IMP: held, CLK: held}
+        )
+        data = b"\xffjunk" if garbage and i == 0 else wire.encode_subscription(sub)
+        md[f"m{i}"] = ConsumerProtocolMemberMetadata(1, [IMP, CLK], data)
+    out = leader.assign(Cluster(counts), md)
+    seen: dict[str, list[int]] = {IMP: [], CLK: []}
+    for assignment in out.values():
+        fetched = dict(assignment.assignment)
+        assert fetched.get(IMP, []) == fetched.get(CLK, [])
+        for topic, partitions in fetched.items():
+            seen[topic] += partitions
+    assert sorted(seen[IMP]) == sorted(seen[CLK]) == list(range(6))
