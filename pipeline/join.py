@@ -229,9 +229,11 @@ def _as_results(df: DataFrame, kind: str) -> DataFrame:
 
 def reference_join(records: DataFrame, params: JoinParams) -> JoinOutput:
     """The join's results over (partition, seq, side, key, value) records."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    decoded = classify(records, params)
+    # Decoding runs Python over every record: do it once, not once per branch below.
+    decoded = classify(records, params).persist(StorageLevel.MEMORY_AND_DISK)
     accepted = decoded.filter(~F.col("late") & ~F.col("duplicate"))
     pairs = _pairs(accepted, params)
     results = _as_results(pairs, "inner")

@@ -24,7 +24,7 @@ def spark_session() -> SparkSession:
         "local[2]",
         "tandem-tests",
         shuffle_partitions=2,
-        conf={"spark.sql.adaptive.coalescePartitions.enabled": "false"},
+        conf={"spark.sql.adaptive.enabled": "false"},
     )
     atexit.register(spark.stop)
     return spark
