@@ -55,7 +55,8 @@ class TablesState:
             self._ready.setdefault(partition, asyncio.Event()).clear()
         self.active, self.standby = set(active), set(standby) - set(active)
         await self.tables.on_assignment(self.active, self.standby)
-        replayed = sum(self.tables.replayed.get(p, 0) for p in moved)
+        rebalance.replayed_by_partition = {p: self.tables.replayed.get(p, 0) for p in moved}
+        replayed = sum(rebalance.replayed_by_partition.values())
         rebalance.replayed = replayed
         self.total_replayed += replayed
         rebalance.seconds = round(time.time() - rebalance.started, 3)

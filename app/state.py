@@ -106,6 +106,7 @@ class Rebalance:
     warm: list[int] = field(default_factory=list)
     cold: list[int] = field(default_factory=list)
     replayed: int = 0
+    replayed_by_partition: dict[int, int] = field(default_factory=dict)
     seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -115,6 +116,7 @@ class Rebalance:
             "moved_warm": self.warm,
             "moved_cold": self.cold,
             "replayed": self.replayed,
+            "replayed_by_partition": {str(p): n for p, n in self.replayed_by_partition.items()},
             "seconds": self.seconds,
         }
 
@@ -305,6 +307,7 @@ class StateManager:
         del self._restoring[partition]
         replayed = self._replayed.pop(partition, 0)
         self.rebalance.replayed += replayed
+        self.rebalance.replayed_by_partition[partition] = replayed
         self.total_replayed += replayed
         self._ready.pop(partition).set()
         if not self._restoring:

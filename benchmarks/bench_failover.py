@@ -1,0 +1,232 @@
+"""Failover: SIGKILL a worker; how long until its partitions produce joins again, and
+how much changelog the survivors replay. Tandem's assignor against Faust's stock
+assignor, standby replicas 0 and 1, in the same run on one embedded broker.
+
+    .venv/bin/python benchmarks/bench_failover.py [--repeats 2] [--write docs/bench/failover.md]
+
+Per run: three `faust -A app worker` processes (two host labels), 6 partitions,
+steady synthetic traffic, then SIGKILL of the worker with the most actives.
+"first join" is the time from the kill to the first joined record (CreateTime
+after the kill) in each of the dead worker's partitions of the output topic
+(keyed like the inputs, so output partition = input partition); the table shows
+the slowest of them. "replayed" counts changelog records read by the survivors
+to restore the dead worker's partitions; "size" is those changelog partitions'
+length, what a cold restore reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
+
+from app.broker import FAST_GROUP_SETTINGS, EmbeddedBroker  # noqa: E402
+from app.cluster import WorkerProcess, covered, views  # noqa: E402
+from app.demo import Outputs, wait_until  # noqa: E402
+from app.settings import from_env  # noqa: E402
+from app.topics import create_topics  # noqa: E402
+from app.traffic import Traffic, run_traffic  # noqa: E402
+
+PARTITIONS = 6
+SESSION_S = FAST_GROUP_SETTINGS["session_timeout_ms"] / 1000
+LABELS = [("w1", "host-a", "rack-1"), ("w2", "host-b", "rack-2"), ("w3", "host-a", "rack-1")]
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+async def changelog_sizes(bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """End offsets from fetch responses (ListOffsets is short on the embedded broker)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            await consumer.getmany(timeout_ms=200, max_records=1)
+            if all(consumer.highwater(tp) is not None for tp in tps):
+                break
+        return {tp.partition: int(consumer.highwater(tp) or 0) for tp in tps}
+    finally:
+        await consumer.stop()
+
+
+async def one_run(
+    broker: EmbeddedBroker, assignor: str, standbys: int, args: argparse.Namespace, run_dir: Path
+) -> dict[str, Any]:
+    uid = uuid.uuid4().hex[:8]
+    settings = dataclasses.replace(
+        from_env(), app_id=f"bench-{uid}", topic_prefix=f"b{uid}-", partitions=PARTITIONS
+    )
+    await create_topics(broker.bootstrap, settings)
+    workers = [
+        WorkerProcess(name, host, rack, broker.bootstrap, settings.app_id, run_dir / uid,
+                      standby_replicas=standbys, partitions=PARTITIONS,
+                      topic_prefix=settings.topic_prefix, assignor=assignor)
+        for name, host, rack in LABELS
+    ]
+    try:
+        for worker in workers:
+            worker.start()
+        return await measure(broker.bootstrap, settings, workers, args)
+    finally:
+        for worker in workers:
+            worker.stop(10)
+
+
+async def measure(
+    bootstrap: str, settings: Any, workers: list[WorkerProcess], args: argparse.Namespace
+) -> dict[str, Any]:
+    if not await wait_until(lambda: covered(workers, PARTITIONS), 60, 1):
+        raise RuntimeError("group did not form in 60 s")
+    stop, stop_reader = asyncio.Event(), asyncio.Event()
+    outputs = Outputs(bootstrap, settings.joins)
+    reader = asyncio.create_task(outputs.run(stop_reader))
+    traffic = Traffic(settings.impressions, settings.clicks, run="b", bad_every=0)
+    producer = asyncio.create_task(run_traffic(bootstrap, traffic, args.rate, stop))
+    await asyncio.sleep(args.warmup)
+    before = await asyncio.to_thread(views, workers)
+    victim = max(workers, key=lambda w: len((before[w.name] or {}).get("actives", [])))
+    lost: list[int] = (before[victim.name] or {}).get("actives", [])
+    survivors = [w for w in workers if w is not victim]
+    killed_at = time.time()
+    outputs.mark = killed_at
+    victim.kill()
+    took_over = await wait_until(lambda: covered(survivors, PARTITIONS), 45, 0.2)
+    takeover_s = time.time() - killed_at if took_over else None
+    await wait_until(lambda: all(p in outputs.first_after for p in lost), 20, 0.2)
+    after = await asyncio.to_thread(views, survivors)
+    stop.set()
+    await asyncio.wait_for(producer, 30)
+    stop_reader.set()
+    await asyncio.wait_for(reader, 10)
+    sizes = await changelog_sizes(bootstrap, settings.changelog, lost)
+    result = summarize(lost, outputs, killed_at, takeover_s, after, sizes)
+    result["victim"] = victim.name
+    result["before"] = _layout(before)
+    result["after"] = _layout(after)
+    return result
+
+
+def _layout(found: dict[str, dict[str, Any] | None]) -> str:
+    """`w1@host-a a[0, 1] s[4]; ...`: actives and standbys per worker."""
+    return "; ".join(
+        f"{name}@{v['host']} a{v['actives']} s{v['standbys']}"
+        for name, v in found.items()
+        if v is not None
+    )
+
+
+def summarize(
+    lost: list[int],
+    outputs: Outputs,
+    killed_at: float,
+    takeover_s: float | None,
+    after: dict[str, dict[str, Any] | None],
+    sizes: dict[int, int],
+) -> dict[str, Any]:
+    warm, cold, replayed = [], [], 0
+    for view in after.values():
+        rebalance = (view or {}).get("last_rebalance", {})
+        by_partition = {int(p): n for p, n in rebalance.get("replayed_by_partition", {}).items()}
+        warm += [p for p in rebalance.get("moved_warm", []) if p in lost]
+        cold += [p for p in rebalance.get("moved_cold", []) if p in lost]
+        replayed += sum(n for p, n in by_partition.items() if p in lost)
+    firsts = [outputs.first_after[p] - killed_at for p in lost if p in outputs.first_after]
+    return {
+        "lost": lost,
+        "warm": sorted(warm),
+        "cold": sorted(cold),
+        "takeover_s": takeover_s,
+        "first_join_s": max(firsts) if len(firsts) == len(lost) else None,
+        "replayed": replayed,
+        "size": sum(sizes.values()),
+    }
+
+
+def fmt(value: float | None) -> str:
+    return "timeout" if value is None else f"{value:.1f}"
+
+
+def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace) -> str:
+    lines = [
+        "| assignor | standbys | lost partitions (warm / cold) | takeover s | first join s "
+        "| replayed | cold size | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for assignor, standbys, r in rows:
+        goal = r["first_join_s"] is not None and r["first_join_s"] <= SESSION_S + 2
+        goal_text = ("yes" if goal else "no") if standbys else "n/a"
+        lines.append(
+            f"| {assignor} | {standbys} | {r['lost']} ({r['warm']} / {r['cold']}) "
+            f"| {fmt(r['takeover_s'])} | {fmt(r['first_join_s'])} | {r['replayed']} "
+            f"| {r['size']} | {goal_text} |"
+        )
+    lines += ["", "Placement before and after each kill (a = actives, s = standbys):", ""]
+    for assignor, standbys, r in rows:
+        lines.append(f"- {assignor}/{standbys}: killed {r['victim']}; before: {r['before']}; "
+                     f"after: {r['after']}")
+    lines.append("")
+    for assignor in ("tandem", "stock"):
+        for standbys in (0, 1):
+            firsts = [r["first_join_s"] for a, s, r in rows
+                      if a == assignor and s == standbys and r["first_join_s"] is not None]
+            replays = [r["replayed"] for a, s, r in rows if a == assignor and s == standbys]
+            if firsts:
+                lines.append(
+                    f"- {assignor}, standbys {standbys}: first join median "
+                    f"{statistics.median(firsts):.1f} s, replayed median "
+                    f"{statistics.median(replays):.0f} records"
+                )
+    lines.append(
+        f"\nSession timeout {SESSION_S:.0f} s (goal: first join within {SESSION_S + 2:.0f} s); "
+        f"traffic {args.rate:.0f} impressions/s, warm-up {args.warmup:.0f} s, "
+        f"{args.repeats} run(s) per configuration."
+    )
+    return "\n".join(lines)
+
+
+async def bench(args: argparse.Namespace) -> str:
+    run_dir = Path(tempfile.mkdtemp(prefix="tandem-bench-"))
+    rows: list[tuple[str, int, dict[str, Any]]] = []
+    with EmbeddedBroker(log_dir=run_dir) as broker:
+        for repeat in range(args.repeats):
+            for assignor in ("tandem", "stock"):
+                for standbys in (1, 0):
+                    say(f"run {repeat + 1}: assignor {assignor}, standby replicas {standbys}")
+                    result = await one_run(broker, assignor, standbys, args, run_dir)
+                    say(f"  {result}")
+                    rows.append((assignor, standbys, result))
+    return report(rows, args)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=60.0, help="impressions per second")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds of traffic before")
+    parser.add_argument("--write", type=Path, help="also write the table to this file")
+    args = parser.parse_args()
+    table = asyncio.run(bench(args))
+    print(table)
+    if args.write:
+        args.write.parent.mkdir(parents=True, exist_ok=True)
+        args.write.write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
