@@ -16,7 +16,6 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from app.broker import EmbeddedBroker
-from pipeline.generate import TrafficConfig, generate
 from pipeline.join import INPUT_COLUMNS, load_parquet, load_topics, reference_join
 from pipeline.partitioner import partitions_for
 from pipeline.produce import produce
@@ -24,7 +23,7 @@ from pipeline.semantics import SIDE_OF_TOPIC, JoinParams, sequential_join
 from tables.join import JoinType, JoinWindow, WindowedJoin
 from tables.kv import MemoryKV
 from tables.records import Rejected, validate
-from tests.spark_fixtures import spark_session
+from tests.spark_fixtures import busy_traffic, spark_session
 
 Event = tuple[str, str, str, int]  # side, event id, auction id, ts
 W = {"before": 0, "after": 100, "grace": 10}
@@ -141,16 +140,8 @@ def test_hand_made_cases(spark: SparkSession) -> None:
 
 
 @pytest.fixture(scope="session")
-def traffic(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Busy small traffic: short event-time span, much disorder, lateness and duplicates."""
-    cfg = TrafficConfig(
-        impressions=1500, partitions=3, ctr=0.5, click_delay_ms=20_000, rate_per_s=5,
-        out_of_order=0.2, disorder_ms=20_000, late=0.05, late_ms=60_000, duplicates=0.05,
-        malformed=0.02, start_ms=1_700_000_000_000, seed=11,
-    )  # fmt: skip
-    out = tmp_path_factory.mktemp("traffic")
-    generate(spark, cfg, out)
-    return out
+def traffic(spark: SparkSession) -> Path:
+    return busy_traffic()
 
 
 def arrival_order(path: Path) -> list[tuple[int, str, bytes, bytes]]:

@@ -1,0 +1,110 @@
+"""reconcile catches a dropped, an added, a changed and a duplicated output record."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from app.broker import EmbeddedBroker
+from pipeline import join, reconcile
+from pipeline.reconcile import Report
+from tests.spark_fixtures import busy_traffic, create_topics, produce_values, spark_session
+
+WINDOW = ["--kind", "left", "--after", "30000", "--grace", "5000"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> SparkSession:
+    return spark_session()
+
+
+@pytest.fixture(scope="session")
+def expected(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference results, written by the `join` command itself."""
+    out = tmp_path_factory.mktemp("expected") / "results"
+    assert join.main(["--input", str(busy_traffic()), "--out", str(out), *WINDOW]) == 0
+    return out
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    rows = pq.read_table(str(path)).to_pylist()
+    return sorted(rows, key=lambda r: r["join_id"])
+
+
+def publish(broker: EmbeddedBroker, topic: str, rows: list[dict[str, Any]], extra: list[bytes]) -> None:
+    """What a stream join would write: JSON values keyed by auction id, on 3 partitions."""
+    asyncio.run(create_topics(broker.bootstrap, [topic], 3))
+    payload = [
+        (r["auction_id"].encode(), json.dumps({k: v for k, v in r.items() if k != "partition"})
+         .encode())
+        for r in rows
+    ] + [(b"junk", value) for value in extra]
+    asyncio.run(produce_values(broker.bootstrap, topic, payload))
+
+
+def run(args: list[str], tmp_path: Path) -> tuple[int, dict[str, Any]]:
+    report = tmp_path / "report.json"
+    status = reconcile.main([*args, "--json", str(report)])
+    return status, json.loads(report.read_text())
+
+
+@pytest.mark.spark
+def test_a_faithful_stream_output_reconciles(
+    expected: Path, broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    rows = load(expected)
+    topic = f"joins-ok-{unique}"
+    publish(broker, topic, rows, [])
+    status, report = run(
+        ["--output-topic", topic, "--bootstrap", broker.bootstrap, "--expected", str(expected)],
+        tmp_path,
+    )
+    assert status == 0 and report["ok"]
+    assert report["totals"]["matched"] == len(rows) > 100
+    assert sum(p["matched"] for p in report["by_partition"]) == len(rows)
+
+
+@pytest.mark.spark
+def test_dropped_added_changed_and_duplicated_records_are_caught(
+    expected: Path, broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    rows = load(expected)
+    dropped, changed, doubled = rows[3], rows[10], rows[20]
+    added = {**rows[30], "join_id": "imp-bogus|", "impression_id": "imp-bogus"}
+    actual = [r for r in rows if r is not dropped and r is not changed]
+    actual += [{**changed, "ts": changed["ts"] + 1}, doubled, added]
+    topic = f"joins-bad-{unique}"
+    publish(broker, topic, actual, [b"{not json"])
+    # The reference computed from the input this time, not read from Parquet.
+    status, report = run(
+        ["--output-topic", topic, "--bootstrap", broker.bootstrap,
+         "--input", str(busy_traffic()), *WINDOW],
+        tmp_path,
+    )  # fmt: skip
+    assert status == 1 and not report["ok"]
+    totals = report["totals"]
+    assert totals == {
+        "matched": len(rows) - 2, "different": 1, "missing": 1, "extra": 1, "duplicates": 1,
+    }  # fmt: skip
+    assert report["unreadable"] == 1
+    flagged = {(e["status"], e["join_id"]) for e in report["examples"]}
+    assert flagged == {
+        ("missing", dropped["join_id"]), ("different", changed["join_id"]),
+        ("extra", "imp-bogus|"), ("duplicate", doubled["join_id"]),
+    }  # fmt: skip
+    by_partition = {p["partition"]: p for p in report["by_partition"]}
+    assert by_partition[dropped["partition"]]["missing"] == 1
+    assert by_partition[doubled["partition"]]["duplicates"] == 1
+
+
+def test_duplicates_fail_unless_allowed() -> None:
+    totals = {"matched": 5, "different": 0, "missing": 0, "extra": 0, "duplicates": 2}
+    assert not Report(totals, [], []).ok
+    assert Report(totals, [], [], allow_duplicates=True).ok
+    assert not Report({**totals, "missing": 1}, [], [], allow_duplicates=True).ok
