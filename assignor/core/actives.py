@@ -14,223 +14,204 @@ reductions keep it small: an owner holding no more than its lower bound keeps
 all its tasks in every optimum (swapping one away lowers the kept count), so
 those are fixed first; and tasks with no owner and no warm member are pooled.
 When only pooled tasks remain, a greedy fill is tried first and checked.
+
+Tasks are numbered 0..T-1, group by group; members 0..M-1; -1 means none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import numpy as np
 
 from assignor.core.flow import FlowNetwork
 from assignor.core.quotas import Bounds
 
-Task = tuple[int, int]  # (group index, partition)
-
 
 @dataclass(slots=True)
 class ActiveProblem:
-    sizes: dict[int, int]  # group -> task count
-    eligible: dict[int, list[str]]  # group -> eligible members, sorted
+    offsets: np.ndarray  # (G+1,): tasks of group g are offsets[g]..offsets[g+1]-1
+    eligible: np.ndarray  # (G, M) bool
     bounds: Bounds
-    owner: dict[int, list[str | None]]  # group -> fenced previous owner per partition
-    warm: dict[Task, list[tuple[str, int]]]  # task -> [(member, freshness)], excl. owner
+    owner: np.ndarray  # (T,) fenced previous owner, -1 if none or not eligible
+    warm: dict[int, dict[int, int]]  # task -> {member: freshness}, owner excluded
+
+    @property
+    def group_of(self) -> np.ndarray:
+        sizes = np.diff(self.offsets)
+        return np.repeat(np.arange(len(sizes)), sizes)
 
 
 @dataclass(slots=True)
 class _Residual:
-    """What is left of each bound after the fixed tasks."""
+    lo: np.ndarray  # (G, M) what is left of the per-group bounds
+    hi: np.ndarray
+    total_lo: np.ndarray  # (M,)
+    total_hi: np.ndarray
 
-    slot: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
-    total: dict[str, tuple[int, int]] = field(default_factory=dict)
 
-
-def place_actives(problem: ActiveProblem) -> dict[int, list[str | None]]:
-    """New owner of every task of every group with eligible members."""
-    placed: dict[int, list[str | None]] = {g: [None] * n for g, n in problem.sizes.items()}
-    used: dict[tuple[int, str], int] = {}
-    open_tasks = _fix_safe_keeps(problem, placed, used)
-    residual = _residual(problem, used)
-    flow_tasks = [t for t in open_tasks if _owner(problem, t) or problem.warm.get(t)]
-    pooled: dict[int, list[int]] = {}
-    for g, p in open_tasks:
-        if not (_owner(problem, (g, p)) or problem.warm.get((g, p))):
-            pooled.setdefault(g, []).append(p)
-    if not flow_tasks and _greedy_fill(problem, residual, pooled, placed):
+def place_actives(problem: ActiveProblem) -> np.ndarray:
+    """New owner of every task (-1 only if its group has no eligible member)."""
+    group_of = problem.group_of
+    placed = np.full(len(problem.owner), -1, np.int64)
+    residual = _fix_safe_keeps(problem, group_of, placed)
+    open_tasks = placed < 0
+    has_state = np.zeros(len(placed), bool)
+    has_state[list(problem.warm)] = True
+    in_flow = open_tasks & ((problem.owner >= 0) | has_state)
+    pooled = np.nonzero(open_tasks & ~in_flow)[0]
+    if not in_flow.any() and _greedy_fill(problem, residual, pooled, group_of, placed):
         return placed
-    _solve_flow(problem, residual, flow_tasks, pooled, placed)
+    _solve_flow(problem, residual, np.nonzero(in_flow)[0], pooled, group_of, placed)
     return placed
 
 
-def _owner(problem: ActiveProblem, task: Task) -> str | None:
-    return problem.owner[task[0]][task[1]]
-
-
-def _fix_safe_keeps(
-    problem: ActiveProblem, placed: dict[int, list[str | None]], used: dict[tuple[int, str], int]
-) -> list[Task]:
-    """Keep every task whose owner holds no more than its lower bound; return the rest."""
-    open_tasks: list[Task] = []
-    for g in sorted(problem.sizes):
-        eligible = set(problem.eligible[g])
-        held: dict[str, list[int]] = {}
-        for p, owner in enumerate(problem.owner[g]):
-            if owner is not None and owner in eligible:
-                held.setdefault(owner, []).append(p)
-            else:
-                problem.owner[g][p] = None  # an owner that may not keep it is no owner
-                open_tasks.append((g, p))
-        for member, partitions in held.items():
-            if len(partitions) <= problem.bounds.group(g, member)[0]:
-                for p in partitions:
-                    placed[g][p] = member
-                used[g, member] = len(partitions)
-            else:
-                open_tasks.extend((g, p) for p in partitions)
-    open_tasks.sort()
-    return open_tasks
-
-
-def _residual(problem: ActiveProblem, used: dict[tuple[int, str], int]) -> _Residual:
-    residual = _Residual()
-    used_total: dict[str, int] = {}
-    for (_g, m), n in used.items():
-        used_total[m] = used_total.get(m, 0) + n
-    for g, members in problem.eligible.items():
-        if problem.sizes.get(g, 0) == 0:
-            continue
-        for m in members:
-            lo, hi = problem.bounds.group(g, m)
-            n = used.get((g, m), 0)
-            residual.slot[g, m] = (max(0, lo - n), hi - n)
-    for m, (lo, hi) in problem.bounds.total.items():
-        n = used_total.get(m, 0)
-        residual.total[m] = (max(0, lo - n), hi - n)
-    return residual
+def _fix_safe_keeps(problem: ActiveProblem, group_of: np.ndarray, placed: np.ndarray) -> _Residual:
+    """Keep every task whose owner holds no more than its lower bound."""
+    groups, members = problem.eligible.shape
+    owner = problem.owner
+    owned = owner >= 0
+    held = np.bincount(
+        group_of[owned] * members + owner[owned], minlength=groups * members
+    ).reshape(groups, members)
+    safe = (held > 0) & (held <= problem.bounds.lo)
+    keep = owned & safe[group_of, np.where(owned, owner, 0)]
+    placed[keep] = owner[keep]
+    used = np.where(safe, held, 0)
+    used_total = used.sum(axis=0)
+    return _Residual(
+        lo=np.maximum(problem.bounds.lo - used, 0),
+        hi=problem.bounds.hi - used,
+        total_lo=np.maximum(problem.bounds.total_lo - used_total, 0),
+        total_hi=problem.bounds.total_hi - used_total,
+    )
 
 
 def _greedy_fill(
     problem: ActiveProblem,
     residual: _Residual,
-    pooled: dict[int, list[int]],
-    placed: dict[int, list[str | None]],
+    pooled: np.ndarray,
+    group_of: np.ndarray,
+    placed: np.ndarray,
 ) -> bool:
     """Place interchangeable tasks: lower bounds first, then the neediest members.
 
     Returns False (changing nothing) when it cannot meet every bound; the exact
     flow then decides.
     """
-    load = {m: 0 for m in residual.total}
-    choice: dict[int, list[str]] = {}
-    for g in sorted(pooled):
-        count = len(pooled[g])
-        picks: list[str] = []
-        extra: list[str] = []
-        for m in problem.eligible[g]:
-            lo, hi = residual.slot[g, m]
-            picks.extend([m] * lo)
-            if hi > lo:
-                extra.append(m)
-        if len(picks) > count:
+    members = problem.eligible.shape[1]
+    load = np.zeros(members, np.int64)
+    index = np.arange(members)
+    choices: list[tuple[np.ndarray, np.ndarray]] = []
+    for tasks in _split_by_group(pooled, group_of):
+        g = group_of[tasks[0]]
+        mandatory = residual.lo[g]
+        need = len(tasks) - int(mandatory.sum())
+        spare = np.nonzero(residual.hi[g] > mandatory)[0]
+        if need < 0 or need > len(spare):
             return False
-        for m in picks:
-            load[m] += 1
-        need = count - len(picks)
-        extra.sort(key=lambda m: (load[m] - residual.total[m][0], load[m], m))
-        for m in extra[:need]:
-            load[m] += 1
-        picks.extend(extra[:need])
-        if len(picks) != count:
-            return False
-        choice[g] = sorted(picks)
-    if any(not lo <= load[m] <= hi for m, (lo, hi) in residual.total.items()):
+        load += mandatory
+        neediest = np.lexsort((spare, load[spare], load[spare] - residual.total_lo[spare]))
+        extra = spare[neediest[:need]]
+        load[extra] += 1
+        picks = np.sort(np.concatenate([np.repeat(index, mandatory), extra]))
+        choices.append((tasks, picks))
+    if ((load < residual.total_lo) | (load > residual.total_hi)).any():
         return False
-    for g, members in choice.items():
-        for p, m in zip(pooled[g], members, strict=True):
-            placed[g][p] = m
+    for tasks, picks in choices:
+        placed[tasks] = picks
     return True
+
+
+def _split_by_group(tasks: np.ndarray, group_of: np.ndarray) -> list[np.ndarray]:
+    """Sorted task ids, cut where the group changes."""
+    if len(tasks) == 0:
+        return []
+    cuts = np.nonzero(np.diff(group_of[tasks]))[0] + 1
+    return np.split(tasks, cuts)
 
 
 def _solve_flow(
     problem: ActiveProblem,
     residual: _Residual,
-    flow_tasks: Sequence[Task],
-    pooled: dict[int, list[int]],
-    placed: dict[int, list[str | None]],
+    flow_tasks: np.ndarray,
+    pooled: np.ndarray,
+    group_of: np.ndarray,
+    placed: np.ndarray,
 ) -> None:
+    groups, members = problem.eligible.shape
     net = FlowNetwork()
-    sink = net.node()
-    member_node = {m: net.node() for m in sorted(residual.total)}
-    for m, node in member_node.items():
-        lo, hi = residual.total[m]
-        net.arc(node, sink, hi, lower=lo)
-    slot_node: dict[tuple[int, str], int] = {}
-    cold_arcs: dict[int, list[tuple[str, int]]] = {}
-    hubs: dict[int, int] = {}
-    for g in sorted(problem.sizes):
-        hubs[g] = hub = net.node()
-        for m in problem.eligible[g]:
-            lo, hi = residual.slot[g, m]
-            if hi <= 0:
-                continue
-            slot_node[g, m] = slot = net.node()
-            net.arc(slot, member_node[m], hi, lower=lo)
-            cold_arcs.setdefault(g, []).append((m, net.arc(hub, slot, hi)))
-    freshness_levels = 1 + max((len(c) for c in problem.warm.values()), default=0)
-    warm_unit = len(flow_tasks) * freshness_levels + 1
-    keep_unit = len(flow_tasks) * (warm_unit + freshness_levels) + 1
-    task_arcs: list[tuple[Task, list[tuple[str | None, int]]]] = []
-    for task in flow_tasks:
-        g, _ = task
-        node = net.node(supply=1)
-        options: list[tuple[str | None, int]] = []
-        owner = _owner(problem, task)
-        if owner is not None and (g, owner) in slot_node:
-            options.append((owner, net.arc(node, slot_node[g, owner], 1, cost=-keep_unit)))
-        for rank, member in enumerate(_warm_by_freshness(problem.warm.get(task, []))):
-            if (g, member) in slot_node:
-                cost = -(warm_unit + freshness_levels - 1 - rank)
-                options.append((member, net.arc(node, slot_node[g, member], 1, cost=cost)))
-        options.append((None, net.arc(node, hubs[g], 1)))
-        task_arcs.append((task, options))
-    for g, partitions in pooled.items():
-        net.add_supply(hubs[g], len(partitions))
-    net.add_supply(sink, -(len(flow_tasks) + sum(len(p) for p in pooled.values())))
+    (sink,) = net.nodes(1)
+    member_node = net.nodes(members)
+    hub = net.nodes(groups)
+    net.arcs(member_node, np.full(members, sink), residual.total_hi, lower=residual.total_lo)
+    slot_group, slot_member = np.nonzero(residual.hi > 0)
+    slot = net.nodes(len(slot_group))
+    slot_of = np.full((groups, members), -1, np.int64)
+    slot_of[slot_group, slot_member] = slot
+    lo, hi = residual.lo[slot_group, slot_member], residual.hi[slot_group, slot_member]
+    net.arcs(slot, member_node[slot_member], hi, lower=lo)
+    cold = net.arcs(hub[slot_group], slot, hi)
+    task_node = net.nodes(len(flow_tasks))
+    net.supply(task_node, np.ones(len(flow_tasks), np.int64))
+    options = _task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of)
+    to_hub = net.arcs(task_node, hub[group_of[flow_tasks]], 1)
+    pooled_per_group = np.bincount(group_of[pooled], minlength=groups)
+    net.supply(hub, pooled_per_group)
+    net.supply([sink], [-(len(flow_tasks) + len(pooled))])
     flows = net.solve()
     if flows is None:  # bounds inconsistent: should not happen; stay valid regardless
-        _place_unbounded(problem, flow_tasks, pooled, placed)
+        _place_unbounded(problem, np.concatenate([flow_tasks, pooled]), group_of, placed)
         return
-    via_hub: dict[int, list[int]] = {g: list(ps) for g, ps in pooled.items()}
-    for (g, p), options in task_arcs:
-        target = next((m for m, arc in options if flows[arc]), None)
-        if target is None:
-            via_hub.setdefault(g, []).append(p)
-        else:
-            placed[g][p] = target
-    for g, partitions in via_hub.items():
-        receivers = [m for m, arc in cold_arcs.get(g, []) for _ in range(flows[arc])]
-        for p, m in zip(sorted(partitions), receivers, strict=False):
-            placed[g][p] = m
+    for rows, arcs, targets in options:
+        chosen = flows[arcs] > 0
+        placed[flow_tasks[rows[chosen]]] = targets[chosen]
+    via_hub = np.sort(np.concatenate([pooled, flow_tasks[flows[to_hub] > 0]]))
+    receivers = np.repeat(slot_member, flows[cold])  # grouped by group, then member
+    placed[via_hub] = receivers[: len(via_hub)]
 
 
-def _warm_by_freshness(candidates: list[tuple[str, int]]) -> list[str]:
-    return [m for m, _ in sorted(candidates, key=lambda c: (-c[1], c[0]))]
+def _task_arcs(
+    problem: ActiveProblem,
+    net: FlowNetwork,
+    flow_tasks: np.ndarray,
+    task_node: np.ndarray,
+    slot_of: np.ndarray,
+    group_of: np.ndarray,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Keep and warm arcs of the open tasks, as (rows in flow_tasks, arc ids, target member)."""
+    levels = 1 + max((len(c) for c in problem.warm.values()), default=0)
+    warm_unit = len(flow_tasks) * levels + 1
+    keep_unit = len(flow_tasks) * (warm_unit + levels) + 1
+    owner = problem.owner[flow_tasks]
+    groups = group_of[flow_tasks]
+    own_slot = np.where(owner >= 0, slot_of[groups, np.maximum(owner, 0)], -1)
+    rows = np.nonzero(own_slot >= 0)[0]
+    kinds = [(rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows])]
+    warm_rows, heads, costs, targets = [], [], [], []
+    for i, task in enumerate(flow_tasks.tolist()):
+        ranked = sorted(problem.warm.get(task, {}).items(), key=lambda c: (-c[1], c[0]))
+        for rank, (member, _) in enumerate(ranked):
+            target_slot = int(slot_of[groups[i], member])
+            if target_slot >= 0:
+                warm_rows.append(i)
+                heads.append(target_slot)
+                costs.append(-(warm_unit + levels - 1 - rank))
+                targets.append(member)
+    if warm_rows:
+        arcs = net.arcs(task_node[warm_rows], np.array(heads), 1, cost=np.array(costs))
+        kinds.append((np.array(warm_rows), arcs, np.array(targets)))
+    return kinds
 
 
 def _place_unbounded(
-    problem: ActiveProblem,
-    flow_tasks: Sequence[Task],
-    pooled: dict[int, list[int]],
-    placed: dict[int, list[str | None]],
+    problem: ActiveProblem, tasks: np.ndarray, group_of: np.ndarray, placed: np.ndarray
 ) -> None:
     """Last resort: keep owners, spread the rest round-robin. Valid, maybe unbalanced."""
-    rest: dict[int, list[int]] = {g: list(ps) for g, ps in pooled.items()}
-    for g, p in flow_tasks:
-        owner = _owner(problem, (g, p))
-        if owner is not None:
-            placed[g][p] = owner
+    for task in np.sort(tasks).tolist():
+        owner = int(problem.owner[task])
+        if owner >= 0:
+            placed[task] = owner
         else:
-            rest.setdefault(g, []).append(p)
-    for g, partitions in rest.items():
-        members = problem.eligible[g]
-        for i, p in enumerate(sorted(partitions)):
-            placed[g][p] = members[i % len(members)]
+            candidates = np.nonzero(problem.eligible[group_of[task]])[0]
+            placed[task] = candidates[task % len(candidates)]

@@ -1,57 +1,76 @@
-"""A min-cost flow with lower bounds, on OR-Tools' exact integer solver."""
+"""A min-cost flow with lower bounds, on OR-Tools' exact integer solver.
+
+Arcs are added in bulk (numpy arrays): the planner builds networks with up to
+millions of arcs, and a Python call per arc would dominate its run time.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 from ortools.graph.python import min_cost_flow
+
+IntArray = np.ndarray
 
 
 class FlowNetwork:
     """Arcs with `[lower, upper]` bounds and integer costs; nodes carry supplies."""
 
     def __init__(self) -> None:
-        self._tails: list[int] = []
-        self._heads: list[int] = []
-        self._caps: list[int] = []
-        self._costs: list[int] = []
-        self._lower: list[int] = []
-        self._supply: list[int] = []
+        self._blocks: list[tuple[IntArray, IntArray, IntArray, IntArray, IntArray]] = []
+        self._supply_parts: list[tuple[IntArray, IntArray]] = []
+        self._nodes = 0
+        self._arcs = 0
 
-    def node(self, supply: int = 0) -> int:
-        self._supply.append(supply)
-        return len(self._supply) - 1
+    def nodes(self, count: int) -> IntArray:
+        """`count` new node ids."""
+        ids = np.arange(self._nodes, self._nodes + count, dtype=np.int64)
+        self._nodes += count
+        return ids
 
-    def add_supply(self, node: int, amount: int) -> None:
-        self._supply[node] += amount
+    def supply(self, nodes: IntArray, amounts: IntArray) -> None:
+        self._supply_parts.append((np.asarray(nodes, np.int64), np.asarray(amounts, np.int64)))
 
-    def arc(self, tail: int, head: int, upper: int, cost: int = 0, lower: int = 0) -> int:
-        # A lower bound l is pre-routed: tail ships l, head receives l, l fewer remain.
-        self._tails.append(tail)
-        self._heads.append(head)
-        self._caps.append(upper - lower)
-        self._costs.append(cost)
-        self._lower.append(lower)
-        self._supply[tail] -= lower
-        self._supply[head] += lower
-        return len(self._tails) - 1
+    def arcs(
+        self,
+        tails: IntArray,
+        heads: IntArray,
+        upper: IntArray,
+        cost: IntArray | int = 0,
+        lower: IntArray | int = 0,
+    ) -> IntArray:
+        """Add arcs; returns their ids. A lower bound is pre-routed from tail to head."""
+        tails = np.asarray(tails, np.int64)
+        n = len(tails)
+        heads = np.asarray(heads, np.int64)
+        upper = np.broadcast_to(np.asarray(upper, np.int64), (n,))
+        cost = np.broadcast_to(np.asarray(cost, np.int64), (n,))
+        lower = np.broadcast_to(np.asarray(lower, np.int64), (n,))
+        self._blocks.append((tails, heads, upper, cost, lower))
+        ids = np.arange(self._arcs, self._arcs + n, dtype=np.int64)
+        self._arcs += n
+        return ids
 
-    @property
-    def arc_count(self) -> int:
-        return len(self._tails)
-
-    def solve(self) -> list[int] | None:
+    def solve(self) -> IntArray | None:
         """Flow on every arc (lower bound included) at minimum cost, or None if infeasible."""
-        if any(c < 0 for c in self._caps):
+        if not self._blocks:
+            return np.zeros(0, np.int64) if self._balanced_without_arcs() else None
+        columns = zip(*self._blocks, strict=True)
+        tails, heads, upper, cost, lower = (np.concatenate(parts) for parts in columns)
+        if (upper < lower).any():
             return None
+        supply = np.zeros(self._nodes, np.int64)
+        for nodes, amounts in self._supply_parts:
+            np.add.at(supply, nodes, amounts)
+        np.add.at(supply, tails, -lower)
+        np.add.at(supply, heads, lower)
         solver = min_cost_flow.SimpleMinCostFlow()
-        if self._tails:
-            solver.add_arcs_with_capacity_and_unit_cost(
-                self._tails, self._heads, self._caps, self._costs
-            )
-        for node, supply in enumerate(self._supply):
-            if supply:
-                solver.set_node_supply(node, supply)
-        if not self._tails:
-            return [] if not any(self._supply) else None
+        solver.add_arcs_with_capacity_and_unit_cost(tails, heads, upper - lower, cost)
+        busy = np.nonzero(supply)[0]
+        if len(busy):
+            solver.set_nodes_supplies(busy, supply[busy])
         if solver.solve() != solver.OPTIMAL:
             return None
-        return [solver.flow(i) + low for i, low in enumerate(self._lower)]
+        return solver.flows(np.arange(len(tails))) + lower
+
+    def _balanced_without_arcs(self) -> bool:
+        return all(not np.asarray(a).any() for _, a in self._supply_parts)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from assignor.core.actives import ActiveProblem, Task, place_actives
+import numpy as np
+
+from assignor.core.actives import ActiveProblem, place_actives
 from assignor.core.quotas import compute_bounds
-from assignor.core.scenario import Group, Member, Scenario, parse_scenario
+from assignor.core.scenario import Group, Scenario, parse_scenario
 from assignor.core.standbys import StandbyProblem, place_standbys
 
 
@@ -30,6 +33,19 @@ class PlanResult:
     stats: PlanStats
 
 
+@dataclass(slots=True)
+class _Index:
+    """Placeable groups and their tasks, numbered group by group."""
+
+    groups: list[Group]
+    offsets: np.ndarray  # (G+1,)
+    members: list[str]
+    eligible: np.ndarray  # (G, M) bool
+
+    def task(self, group: int, partition: int) -> int:
+        return int(self.offsets[group]) + partition
+
+
 def plan(raw: Any) -> dict[str, Any]:
     """The assignment for a decoded JSON scenario. Never raises."""
     return plan_with_stats(raw).assignment
@@ -43,185 +59,238 @@ def plan_with_stats(raw: Any) -> PlanResult:
 
 
 def _plan(scn: Scenario) -> PlanResult:
-    groups = [g for g in scn.groups if g.size > 0]
-    eligible = {g.index: _eligible(g, scn) for g in groups}
-    placeable = [g for g in groups if eligible[g.index]]
-    owner = {g.index: _fenced_owners(g, scn) for g in placeable}
-    warm = _state_holders(placeable, scn, owner, eligible)
-    previous_owner = {g: list(o) for g, o in owner.items()}
-    bounds = compute_bounds(
-        {g.index: g.size for g in placeable},
-        {g.index: eligible[g.index] for g in placeable},
-        {m.id: m.capacity for m in scn.members},
-    )
-    problem = ActiveProblem(
-        sizes={g.index: g.size for g in placeable},
-        eligible={g.index: eligible[g.index] for g in placeable},
-        bounds=bounds,
-        owner=owner,
-        warm={t: [(m, f) for m, f in holders.items()] for t, holders in warm.items()},
-    )
+    index = _index(scn)
+    owner = _fenced_owners(scn, index)
+    owner[(owner >= 0) & ~_eligible_for_task(index, owner)] = -1
+    warm = _state_holders(scn, index, owner)
+    sizes = np.diff(index.offsets)
+    bounds = compute_bounds(sizes, index.eligible, [m.capacity for m in scn.members])
+    problem = ActiveProblem(index.offsets, index.eligible, bounds, owner.copy(), warm)
     placed = place_actives(problem)
-    standbys = _standbys(scn, placeable, eligible, placed, warm)
-    stats = _stats(placed, previous_owner, warm, standbys)
-    assignment = _render(scn, groups, placeable, placed, standbys, stats)
-    return PlanResult(assignment, stats)
+    standbys = _standbys(scn, index, placed, warm)
+    stats = _stats(index, placed, owner, warm, standbys)
+    return PlanResult(_render(scn, index, placed, standbys), stats)
 
 
-def _eligible(group: Group, scn: Scenario) -> list[str]:
-    members = []
-    for m in scn.members:
-        subscribed = m.topics & set(group.topics)
-        if len(subscribed) == len(group.topics):
-            members.append(m.id)
-        elif subscribed:
-            scn.warnings.add(
-                "partial",
-                f"member {m.id!r} subscribes to part of co-partition group {list(group.topics)} "
-                f"(missing {sorted(set(group.topics) - subscribed)}); it gets none of its tasks",
-            )
-    return members
-
-
-def _fenced_owners(group: Group, scn: Scenario) -> list[str | None]:
-    """Previous owner per task: highest epoch wins; a tie at the top voids every claim."""
-    size = group.size
-    best_epoch = [-1] * size
-    best: list[str | None] = [None] * size
-    claimants: list[list[str]] = [[] for _ in range(size)]
-    for m in scn.members:
-        claimed: set[int] = set()
-        for topic in group.topics:
-            claimed |= m.previous_active.get(topic, frozenset())
-        for p in claimed:
-            claimants[p].append(m.id)
-            if m.epoch > best_epoch[p]:
-                best_epoch[p], best[p] = m.epoch, m.id
-            elif m.epoch == best_epoch[p]:
-                best[p] = None
-    epochs = {m.id: m.epoch for m in scn.members}
-    for p, names in enumerate(claimants):
-        if len(names) > 1:
-            claims = ", ".join(f"{n} (epoch {epochs[n]})" for n in sorted(names))
-            verdict = f"{best[p]} wins" if best[p] else "tie at the highest epoch: no claim counts"
-            scn.warnings.add("fenced", f"task {group.label()}#{p} claimed by {claims}: {verdict}")
-    return best
-
-
-def _state_holders(
-    groups: list[Group],
-    scn: Scenario,
-    owner: dict[int, list[str | None]],
-    eligible: dict[int, list[str]],
-) -> dict[Task, dict[str, int]]:
-    """Members (not the owner) holding a task's state, with its freshness (-1: unknown)."""
-    holders: dict[Task, dict[str, int]] = {}
-    by_id = {m.id: m for m in scn.members}
-    for g in groups:
-        if not g.stateful:
+def _index(scn: Scenario) -> _Index:
+    subscriptions: dict[frozenset[str], list[int]] = {}
+    for i, m in enumerate(scn.members):
+        subscriptions.setdefault(m.topics, []).append(i)
+    placeable: list[Group] = []
+    rows: list[np.ndarray] = []
+    for group in scn.groups:
+        if group.size == 0:
             continue
-        for member_id in eligible[g.index]:
-            _add_holdings(g, by_id[member_id], owner[g.index], holders)
+        row = np.zeros(len(scn.members), bool)
+        for topics, who in subscriptions.items():
+            common = topics & set(group.topics)
+            if len(common) == len(group.topics):
+                row[who] = True
+            elif common:
+                _warn_partial(scn, group, who, common)
+        if row.any():
+            placeable.append(group)
+            rows.append(row)
+    offsets = np.concatenate([[0], np.cumsum([g.size for g in placeable])]).astype(np.int64)
+    eligible = np.array(rows, bool).reshape(len(rows), len(scn.members))
+    return _Index(placeable, offsets, [m.id for m in scn.members], eligible)
+
+
+def _warn_partial(scn: Scenario, group: Group, who: list[int], common: set[str]) -> None:
+    missing = sorted(set(group.topics) - common)
+    for i in who:
+        scn.warnings.add(
+            "partial",
+            f"member {scn.members[i].id!r} subscribes to part of co-partition group "
+            f"{list(group.topics)} (missing {missing}); it gets none of its tasks",
+        )
+
+
+def _eligible_for_task(index: _Index, owner: np.ndarray) -> np.ndarray:
+    group_of = np.repeat(np.arange(len(index.groups)), np.diff(index.offsets))
+    return index.eligible[group_of, np.maximum(owner, 0)]
+
+
+def _fenced_owners(scn: Scenario, index: _Index) -> np.ndarray:
+    """Previous owner per task: highest epoch wins; a tie at the top voids every claim."""
+    task, member = _claims(scn, index)
+    owner = np.full(int(index.offsets[-1]), -1, np.int64)
+    if len(task) == 0:
+        return owner
+    if np.bincount(task).max() == 1:  # nobody contests anything: the usual case
+        owner[task] = member
+        return owner
+    members = len(scn.members)
+    pairs = np.unique(task * members + member)  # a member may list a partition twice
+    task, member = pairs // members, pairs % members
+    epoch = np.array([m.epoch for m in scn.members], np.int64)[member]
+    order = np.lexsort((member, -epoch, task))
+    task, member, epoch = task[order], member[order], epoch[order]
+    starts = np.nonzero(np.r_[True, task[1:] != task[:-1]])[0]
+    claims = np.diff(np.r_[starts, len(task)])
+    runner_up = np.minimum(starts + 1, len(task) - 1)
+    tied = (claims > 1) & (epoch[runner_up] == epoch[starts])
+    owner[task[starts]] = np.where(tied, -1, member[starts])
+    _warn_contested(scn, index, task, member, starts, claims, owner)
+    return owner
+
+
+def _claims(scn: Scenario, index: _Index) -> tuple[np.ndarray, np.ndarray]:
+    """(task, member) for every previous-active claim, each pair once."""
+    group_of_topic = {t: g for g, group in enumerate(index.groups) for t in group.topics}
+    chunks: list[Collection[int]] = []
+    bases: list[int] = []
+    claimant: list[int] = []
+    for i, m in enumerate(scn.members):
+        per_group: dict[int, Collection[int]] = {}
+        for topic, partitions in m.previous_active.items():
+            g = group_of_topic.get(topic)
+            if g is not None:
+                # Claiming any partition of a task claims the task, once.
+                seen = per_group.get(g)
+                per_group[g] = partitions if seen is None else set(seen) | set(partitions)
+        for g, partitions in per_group.items():
+            chunks.append(partitions)
+            bases.append(int(index.offsets[g]))
+            claimant.append(i)
+    lengths = np.fromiter(map(len, chunks), np.int64, len(chunks))
+    flat = np.fromiter(itertools.chain.from_iterable(chunks), np.int64, int(lengths.sum()))
+    return flat + np.repeat(np.array(bases, np.int64), lengths), np.repeat(
+        np.array(claimant, np.int64), lengths
+    )
+
+
+def _warn_contested(
+    scn: Scenario,
+    index: _Index,
+    task: np.ndarray,
+    member: np.ndarray,
+    starts: np.ndarray,
+    claims: np.ndarray,
+    owner: np.ndarray,
+) -> None:
+    contested = np.nonzero(claims > 1)[0]
+    for k in contested[:21].tolist():
+        t = int(task[starts[k]])
+        g = int(np.searchsorted(index.offsets, t, side="right")) - 1
+        names = member[starts[k] : starts[k] + claims[k]].tolist()
+        listed = ", ".join(
+            f"{scn.members[i].id} (epoch {scn.members[i].epoch})" for i in sorted(names)
+        )
+        winner = int(owner[t])
+        verdict = (
+            f"{scn.members[winner].id} wins" if winner >= 0 else "tie at the highest epoch: no claim counts"
+        )
+        label = index.groups[g].label()
+        scn.warnings.add("fenced", f"task {label}#{t - index.offsets[g]} claimed by {listed}: {verdict}")
+    if len(contested) > 21:
+        scn.warnings.add("fenced", f"{len(contested)} tasks in all were claimed by several members")
+
+
+def _state_holders(scn: Scenario, index: _Index, owner: np.ndarray) -> dict[int, dict[int, int]]:
+    """Task -> {member: freshness} of eligible members (not the owner) holding its state."""
+    holders: dict[int, dict[int, int]] = {}
+    for g, group in enumerate(index.groups):
+        if not group.stateful:
+            continue
+        for i in np.nonzero(index.eligible[g])[0].tolist():
+            member = scn.members[i]
+            freshness: dict[int, int] = {}
+            for topic in group.changelogs:
+                for p in member.previous_standby.get(topic, ()):
+                    freshness.setdefault(p, -1)
+                for p, offset in member.local_offsets.get(topic, {}).items():
+                    freshness[p] = max(freshness.get(p, -1), 0) + max(offset, 0)
+            for p, fresh in freshness.items():
+                task = index.task(g, p)
+                if owner[task] != i:
+                    holders.setdefault(task, {})[i] = fresh
     return holders
 
 
-def _add_holdings(
-    group: Group, member: Member, owner: list[str | None], holders: dict[Task, dict[str, int]]
-) -> None:
-    freshness: dict[int, int] = {}
-    for topic in group.changelogs:
-        for p in member.previous_standby.get(topic, ()):
-            freshness.setdefault(p, -1)
-        for p, offset in member.local_offsets.get(topic, {}).items():
-            freshness[p] = max(freshness.get(p, -1), 0) + max(offset, 0)
-    for p, fresh in freshness.items():
-        if p < group.size and owner[p] != member.id:
-            holders.setdefault((group.index, p), {})[member.id] = fresh
-
-
 def _standbys(
-    scn: Scenario,
-    groups: list[Group],
-    eligible: dict[int, list[str]],
-    placed: dict[int, list[str | None]],
-    warm: dict[Task, dict[str, int]],
-) -> dict[Task, list[str]]:
+    scn: Scenario, index: _Index, placed: np.ndarray, warm: dict[int, dict[int, int]]
+) -> dict[int, list[int]]:
+    """Standby members per task (member indices)."""
     if scn.standby_replicas == 0:
         return {}
-    tasks = [(g.index, p) for g in groups if g.stateful for p in range(g.size) if placed[g.index][p]]
-    previous: dict[Task, set[str]] = {}
-    for g in groups:
+    tasks = [
+        (g, p)
+        for g, group in enumerate(index.groups)
+        if group.stateful
+        for p in range(group.size)
+        if placed[index.task(g, p)] >= 0
+    ]
+    previous: dict[tuple[int, int], set[str]] = {}
+    for g, group in enumerate(index.groups):
         for m in scn.members:
-            for topic in g.changelogs:
+            for topic in group.changelogs:
                 for p in m.previous_standby.get(topic, ()):
-                    previous.setdefault((g.index, p), set()).add(m.id)
+                    previous.setdefault((g, p), set()).add(m.id)
+    ids = index.members
     problem = StandbyProblem(
         replicas=scn.standby_replicas,
         tasks=tasks,
-        active={t: placed[t[0]][t[1]] for t in tasks},  # type: ignore[misc]
-        eligible=eligible,
+        active={t: ids[placed[index.task(*t)]] for t in tasks},
+        eligible={g: [ids[i] for i in np.nonzero(row)[0]] for g, row in enumerate(index.eligible)},
         host={m.id: m.host for m in scn.members},
         rack={m.id: m.rack for m in scn.members},
         capacity={m.id: m.capacity for m in scn.members},
         previous=previous,
-        holds_state={t: set(h) for t, h in warm.items()},
+        holds_state={
+            (g, p): {ids[i] for i in warm.get(index.task(g, p), {})} for g, p in tasks
+        },
     )
-    return place_standbys(problem)
+    position = {m: i for i, m in enumerate(ids)}
+    return {
+        index.task(*t): [position[m] for m in chosen] for t, chosen in place_standbys(problem).items()
+    }
 
 
 def _stats(
-    placed: dict[int, list[str | None]],
-    previous_owner: dict[int, list[str | None]],
-    warm: dict[Task, dict[str, int]],
-    standbys: dict[Task, list[str]],
+    index: _Index,
+    placed: np.ndarray,
+    previous: np.ndarray,
+    warm: dict[int, dict[int, int]],
+    standbys: dict[int, list[int]],
 ) -> PlanStats:
-    stats = PlanStats()
-    for g, owners in placed.items():
-        for p, member in enumerate(owners):
-            if member is None:
-                stats.unassigned += 1
-                continue
-            stats.actives[member] = stats.actives.get(member, 0) + 1
-            if previous_owner[g][p] == member:
-                stats.kept += 1
-            elif member in warm.get((g, p), {}):
-                stats.moved_warm += 1
-            else:
-                stats.moved_cold += 1
-    for members in standbys.values():
-        for m in members:
-            stats.standbys[m] = stats.standbys.get(m, 0) + 1
-    return stats
+    assigned = placed >= 0
+    kept = assigned & (placed == previous)
+    moved = np.nonzero(assigned & ~kept)[0]
+    moved_warm = sum(1 for t in moved.tolist() if int(placed[t]) in warm.get(t, {}))
+    actives = np.bincount(placed[assigned], minlength=len(index.members))
+    standby_counts = np.bincount(
+        [m for ms in standbys.values() for m in ms], minlength=len(index.members)
+    )
+    return PlanStats(
+        kept=int(kept.sum()),
+        moved_warm=moved_warm,
+        moved_cold=len(moved) - moved_warm,
+        unassigned=int((~assigned).sum()),
+        actives={m: int(n) for m, n in zip(index.members, actives.tolist(), strict=True) if n},
+        standbys={m: int(n) for m, n in zip(index.members, standby_counts.tolist(), strict=True) if n},
+    )
 
 
 def _render(
-    scn: Scenario,
-    groups: list[Group],
-    placeable: list[Group],
-    placed: dict[int, list[str | None]],
-    standbys: dict[Task, list[str]],
-    stats: PlanStats,
+    scn: Scenario, index: _Index, placed: np.ndarray, standbys: dict[int, list[int]]
 ) -> dict[str, Any]:
-    members: dict[str, dict[str, dict[str, list[int]]]] = {
-        m.id: {"active": {}, "standby": {}} for m in scn.members
+    active = _active_lists(index, placed)
+    standby: list[dict[str, list[int]]] = [{} for _ in index.members]
+    for task, holders in standbys.items():
+        g = int(np.searchsorted(index.offsets, task, side="right")) - 1
+        p = task - int(index.offsets[g])
+        for i in holders:
+            for topic in index.groups[g].changelogs_of(p):
+                standby[i].setdefault(topic, []).append(p)
+    members = {
+        m: {
+            "active": dict(sorted(active[i].items())),
+            "standby": {t: sorted(ps) for t, ps in sorted(standby[i].items())},
+        }
+        for i, m in enumerate(index.members)
     }
-    by_index = {g.index: g for g in groups}
-    for g_index, owners in placed.items():
-        group = by_index[g_index]
-        for p, member in enumerate(owners):
-            if member is not None:
-                active = members[member]["active"]
-                for topic in group.topics_of(p):
-                    active.setdefault(topic, []).append(p)
-    for (g_index, p), holders in standbys.items():
-        for member in holders:
-            standby = members[member]["standby"]
-            for topic in by_index[g_index].changelogs_of(p):
-                standby.setdefault(topic, []).append(p)
-    unassigned = _unassigned(scn, groups, placeable)
-    for entry in members.values():
-        for kind in ("active", "standby"):
-            entry[kind] = {t: sorted(ps) for t, ps in sorted(entry[kind].items())}
+    unassigned = _unassigned(scn, index)
     return {
         "epoch": scn.max_epoch + 1,
         "members": members,
@@ -230,11 +299,38 @@ def _render(
     }
 
 
-def _unassigned(scn: Scenario, groups: list[Group], placeable: list[Group]) -> dict[str, list[int]]:
+def _active_lists(index: _Index, placed: np.ndarray) -> list[dict[str, list[int]]]:
+    """Per member, topic -> sorted partitions, from one sort of all tasks by owner."""
+    active: list[dict[str, list[int]]] = [{} for _ in index.members]
+    if len(placed) == 0:
+        return active
+    order = np.argsort(placed, kind="stable")  # by member, then task (group, partition)
+    owners = placed[order]
+    group_of = np.repeat(np.arange(len(index.groups)), np.diff(index.offsets))
+    groups = group_of[order]
+    partitions = (order - index.offsets[groups]).tolist()
+    cuts = np.nonzero((np.diff(owners) != 0) | (np.diff(groups) != 0))[0] + 1
+    starts = np.r_[0, cuts].tolist()
+    ends = np.r_[cuts, len(order)].tolist()
+    run_owner = owners[starts].tolist()
+    run_group = groups[starts].tolist()
+    layout = [list(zip(g.topics, g.counts, strict=True)) for g in index.groups]
+    sizes = [g.size for g in index.groups]
+    for start, end, member, g in zip(starts, ends, run_owner, run_group, strict=True):
+        if member < 0:
+            continue
+        run = partitions[start:end]
+        target = active[member]
+        for topic, count in layout[g]:
+            target[topic] = run.copy() if count == sizes[g] else [p for p in run if p < count]
+    return active
+
+
+def _unassigned(scn: Scenario, index: _Index) -> dict[str, list[int]]:
     unassigned: dict[str, list[int]] = {}
-    placeable_ids = {g.index for g in placeable}
-    for g in groups:
-        if g.index in placeable_ids:
+    placeable = {g.index for g in index.groups}
+    for g in scn.groups:
+        if g.index in placeable or g.size == 0:
             continue
         for topic, count in zip(g.topics, g.counts, strict=True):
             if count:

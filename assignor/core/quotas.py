@@ -22,48 +22,90 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 ClassKey = tuple[frozenset[int], Fraction]
 Number = Fraction | float
 
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """Per-group and total `[lo, hi]` task counts, stored per member class."""
+    """`[lo, hi]` task counts per (group, member) and per member in total."""
 
-    member_class: dict[str, ClassKey]
-    per_group: dict[int, dict[ClassKey, tuple[int, int]]]
-    total: dict[str, tuple[int, int]]
-
-    def group(self, group: int, member: str) -> tuple[int, int]:
-        cls = self.member_class.get(member)
-        if cls is None:
-            return (0, 0)
-        return self.per_group.get(group, {}).get(cls, (0, 0))
+    lo: np.ndarray  # (groups, members), 0 where not eligible
+    hi: np.ndarray
+    total_lo: np.ndarray  # (members,)
+    total_hi: np.ndarray
 
 
-def compute_bounds(
-    sizes: dict[int, int], eligible: dict[int, list[str]], capacity: dict[str, Fraction]
-) -> Bounds:
-    """Bounds for the groups that have tasks and eligible members."""
-    groups_of: dict[str, set[int]] = {}
-    for g, members in eligible.items():
-        if sizes.get(g, 0) > 0:
-            for m in members:
-                groups_of.setdefault(m, set()).add(g)
-    member_class = {m: (frozenset(gs), capacity[m]) for m, gs in groups_of.items()}
-    classes: dict[ClassKey, int] = {}
-    for key in member_class.values():
-        classes[key] = classes.get(key, 0) + 1
-    live = {g: n for g, n in sizes.items() if n > 0 and any(g in k[0] for k in classes)}
-    fractions = _fractional_split(live, classes)
-    per_group: dict[int, dict[ClassKey, tuple[int, int]]] = {}
-    class_load: dict[ClassKey, Number] = {}
+def compute_bounds(sizes: np.ndarray, eligible: np.ndarray, capacity: list[Fraction]) -> Bounds:
+    """Bounds for groups of `sizes` tasks; `eligible[g, m]` says who may own group g's tasks."""
+    groups, members = eligible.shape
+    live = (sizes > 0) & eligible.any(axis=1)
+    participating = eligible[live].any(axis=0)
+    bounds = Bounds(
+        np.zeros((groups, members), np.int64),
+        np.zeros((groups, members), np.int64),
+        np.zeros(members, np.int64),
+        np.zeros(members, np.int64),
+    )
+    if not live.any():
+        return bounds
+    if eligible[live][:, participating].all():
+        _uniform_bounds(bounds, sizes, live, participating, capacity)
+    else:
+        _water_filled_bounds(bounds, sizes, live, eligible, capacity)
+    return bounds
+
+
+def _uniform_bounds(
+    bounds: Bounds,
+    sizes: np.ndarray,
+    live: np.ndarray,
+    participating: np.ndarray,
+    capacity: list[Fraction],
+) -> None:
+    """The contract's formula, exactly: q = tasks x capacity / total capacity."""
+    who = np.nonzero(participating)[0]
+    total_capacity = sum((capacity[m] for m in who), Fraction(0))
+    tasks = int(sizes[live].sum())
+    live_groups = np.nonzero(live)[0]
+    for cap in sorted({capacity[m] for m in who}):
+        cols = np.array([m for m in who if capacity[m] == cap])
+        share = cap / total_capacity
+        for g in live_groups:
+            q = int(sizes[g]) * share
+            bounds.lo[g, cols], bounds.hi[g, cols] = math.floor(q), math.ceil(q)
+        q = tasks * share
+        bounds.total_lo[cols], bounds.total_hi[cols] = math.floor(q), math.ceil(q)
+
+
+def _water_filled_bounds(
+    bounds: Bounds,
+    sizes: np.ndarray,
+    live: np.ndarray,
+    eligible: np.ndarray,
+    capacity: list[Fraction],
+) -> None:
+    live_groups = set(np.nonzero(live)[0].tolist())
+    member_class: dict[int, ClassKey] = {}
+    for m in np.nonzero(eligible[live].any(axis=0))[0].tolist():
+        groups = frozenset(np.nonzero(eligible[:, m])[0].tolist()) & live_groups
+        member_class[m] = (groups, capacity[m])
+    classes: dict[ClassKey, list[int]] = {}
+    for m, key in member_class.items():
+        classes.setdefault(key, []).append(m)
+    fractions = _fractional_split(
+        {g: int(sizes[g]) for g in live_groups}, {k: len(ms) for k, ms in classes.items()}
+    )
+    load: dict[ClassKey, Number] = {}
     for (g, key), x in fractions.items():
-        share = x / classes[key]  # per member of the class
-        per_group.setdefault(g, {})[key] = _round_range(share)
-        class_load[key] = class_load.get(key, 0) + share
-    total = {m: _round_range(class_load.get(key, 0)) for m, key in member_class.items()}
-    return Bounds(member_class, per_group, total)
+        share = x / len(classes[key])  # per member of the class
+        cols = np.array(classes[key])
+        bounds.lo[g, cols], bounds.hi[g, cols] = _round_range(share)
+        load[key] = load.get(key, 0) + share
+    for key, cols in classes.items():
+        bounds.total_lo[cols], bounds.total_hi[cols] = _round_range(load.get(key, 0))
 
 
 def _round_range(value: Number) -> tuple[int, int]:

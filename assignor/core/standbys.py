@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -34,6 +35,10 @@ class StandbyProblem:
     capacity: dict[str, Fraction]
     previous: dict[Task, set[str]] = field(default_factory=dict)
     holds_state: dict[Task, set[str]] = field(default_factory=dict)
+    eligible_set: dict[int, frozenset[str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.eligible_set = {g: frozenset(ms) for g, ms in self.eligible.items()}
 
 
 def _category(problem: StandbyProblem, active: str, member: str) -> int:
@@ -48,7 +53,7 @@ class _Loads:
     """Standby counts per member, with a lazy heap of the least loaded."""
 
     def __init__(self, problem: StandbyProblem, total: int) -> None:
-        members = sorted({m for t in problem.tasks for m in problem.eligible[t[0]]})
+        members = sorted({m for g in {t[0] for t in problem.tasks} for m in problem.eligible[g]})
         weight = sum((problem.capacity[m] for m in members), Fraction(0)) or Fraction(1)
         self.cap = {m: math.ceil(total * problem.capacity[m] / weight) for m in members}
         self.scale = {m: 1 / float(problem.capacity[m]) for m in members}
@@ -84,7 +89,8 @@ def place_standbys(problem: StandbyProblem) -> dict[Task, list[str]]:
     need = {t: min(problem.replicas, len(problem.eligible[t[0]]) - 1) for t in problem.tasks}
     need = {t: k for t, k in need.items() if k > 0}
     loads = _Loads(problem, sum(need.values()))
-    quota = {t: _category_quota(problem, t, k) for t, k in need.items()}
+    census = {g: _Census(problem, g) for g in {t[0] for t in need}}
+    quota = {t: census[t[0]].quota(problem.active[t], k) for t, k in need.items()}
     chosen: dict[Task, list[str]] = {t: [] for t in need}
     for t in need:
         _keep_previous(problem, t, quota[t], chosen[t], loads)
@@ -93,22 +99,35 @@ def place_standbys(problem: StandbyProblem) -> dict[Task, list[str]]:
     return {t: sorted(ms) for t, ms in chosen.items() if ms}
 
 
-def _category_quota(problem: StandbyProblem, task: Task, k: int) -> list[int]:
-    active = problem.active[task]
-    counts = [0, 0, 0]
-    for m in problem.eligible[task[0]]:
-        if m != active:
-            counts[_category(problem, active, m)] += 1
-    off_rack = min(k, counts[0])
-    off_host = min(k, counts[0] + counts[1]) - off_rack
-    return [off_rack, off_host, k - off_rack - off_host]
+class _Census:
+    """How many eligible members of a group share a host, a rack, or both."""
+
+    def __init__(self, problem: StandbyProblem, group: int) -> None:
+        self.problem = problem
+        members = problem.eligible[group]
+        self.size = len(members)
+        self.by_host = Counter(problem.host[m] for m in members)
+        self.by_rack = Counter(problem.rack[m] for m in members if problem.rack[m] is not None)
+        self.by_host_rack = Counter(
+            (problem.host[m], problem.rack[m]) for m in members if problem.rack[m] is not None
+        )
+
+    def quota(self, active: str, k: int) -> list[int]:
+        """Standbys per category: most off host, and of those most off rack."""
+        host, rack = self.problem.host[active], self.problem.rack[active]
+        same_host = self.by_host[host] - 1
+        same_rack_other_host = 0 if rack is None else self.by_rack[rack] - self.by_host_rack[host, rack]
+        other = self.size - 1 - same_host - same_rack_other_host
+        off_rack = min(k, other)
+        off_host = min(k, other + same_rack_other_host) - off_rack
+        return [off_rack, off_host, k - off_rack - off_host]
 
 
 def _keep_previous(
     problem: StandbyProblem, task: Task, quota: list[int], chosen: list[str], loads: _Loads
 ) -> None:
     active = problem.active[task]
-    eligible = set(problem.eligible[task[0]])
+    eligible = problem.eligible_set[task[0]]
     candidates = sorted(
         (_category(problem, active, m), m)
         for m in problem.previous.get(task, ())
@@ -130,7 +149,7 @@ def _fill(
     loads: _Loads,
 ) -> None:
     active = problem.active[task]
-    eligible = set(problem.eligible[task[0]])
+    eligible = problem.eligible_set[task[0]]
     holders = sorted(problem.holds_state.get(task, set()) | problem.previous.get(task, set()))
     for category in range(3):
         while quota[category] > 0 and len(chosen) < k:
