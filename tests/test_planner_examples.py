@@ -232,3 +232,19 @@ def test_cli_summary_and_garbage() -> None:
     garbage = _cli("-", stdin="{not json")
     assert garbage.returncode == 0
     assert "not valid JSON" in json.loads(garbage.stdout)["warnings"][0]
+
+
+def test_an_internal_error_still_yields_a_valid_copartitioned_assignment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import assignor.core.plan as planner
+
+    def broken(problem: object) -> None:
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr(planner, "place_actives", broken)
+    scn = _join_scenario({"w1": [0, 1], "w2": [2, 3], "w3": []}, partitions=6)
+    assignment = plan(scn)
+    assert "solver exploded" in assignment["warnings"][0]
+    owners = check.task_owner(scn, assignment)
+    assert sorted(owners.values()).count("w3") == 2  # balanced per group, not sticky

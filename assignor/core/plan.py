@@ -55,7 +55,11 @@ def plan_with_stats(raw: Any) -> PlanResult:
     try:
         return _plan(parse_scenario(raw))
     except Exception as exc:  # the last line of defence on a group leader
-        return PlanResult(_empty_assignment(raw, f"internal planner error: {exc!r}"), PlanStats())
+        reason = f"internal planner error, fell back to round-robin: {exc!r}"
+        try:
+            return PlanResult(_round_robin(parse_scenario(raw), reason), PlanStats())
+        except Exception:
+            return PlanResult(_empty_assignment(raw, reason), PlanStats())
 
 
 def _plan(scn: Scenario) -> PlanResult:
@@ -136,22 +140,28 @@ def _fenced_owners(scn: Scenario, index: _Index) -> np.ndarray:
 
 
 def _claims(scn: Scenario, index: _Index) -> tuple[np.ndarray, np.ndarray]:
-    """(task, member) for every previous-active claim, each pair once."""
+    """(task, member) for every previous-active claim."""
     group_of_topic = {t: g for g, group in enumerate(index.groups) for t in group.topics}
     chunks: list[Collection[int]] = []
     bases: list[int] = []
     claimant: list[int] = []
+    offsets = index.offsets.tolist()
     for i, m in enumerate(scn.members):
-        per_group: dict[int, Collection[int]] = {}
-        for topic, partitions in m.previous_active.items():
-            g = group_of_topic.get(topic)
-            if g is not None:
-                # Claiming any partition of a task claims the task, once.
-                seen = per_group.get(g)
-                per_group[g] = partitions if seen is None else set(seen) | set(partitions)
+        claimed = m.previous_active
+        groups = list(map(group_of_topic.get, claimed))
+        if None not in groups and len(set(groups)) == len(groups):
+            # One topic per group (lone topics): take the lists as they are.
+            chunks.extend(claimed.values())
+            bases.extend(map(offsets.__getitem__, groups))
+            claimant.extend([i] * len(groups))
+            continue
+        per_group: dict[int, set[int]] = {}
+        for g, partitions in zip(groups, claimed.values(), strict=True):
+            if g is not None:  # claiming any partition of a task claims the task
+                per_group.setdefault(g, set()).update(partitions)
         for g, partitions in per_group.items():
             chunks.append(partitions)
-            bases.append(int(index.offsets[g]))
+            bases.append(offsets[g])
             claimant.append(i)
     lengths = np.fromiter(map(len, chunks), np.int64, len(chunks))
     flat = np.fromiter(itertools.chain.from_iterable(chunks), np.int64, int(lengths.sum()))
@@ -285,7 +295,7 @@ def _render(
                 standby[i].setdefault(topic, []).append(p)
     members = {
         m: {
-            "active": dict(sorted(active[i].items())),
+            "active": active[i],
             "standby": {t: sorted(ps) for t, ps in sorted(standby[i].items())},
         }
         for i, m in enumerate(index.members)
@@ -300,7 +310,11 @@ def _render(
 
 
 def _active_lists(index: _Index, placed: np.ndarray) -> list[dict[str, list[int]]]:
-    """Per member, topic -> sorted partitions, from one sort of all tasks by owner."""
+    """Per member, topic -> sorted partitions, built from sorted runs at C speed.
+
+    A million topic-partitions make a million small lists: every Python-level
+    step per list shows, so runs are cut with numpy and sliced with map().
+    """
     active: list[dict[str, list[int]]] = [{} for _ in index.members]
     if len(placed) == 0:
         return active
@@ -310,20 +324,49 @@ def _active_lists(index: _Index, placed: np.ndarray) -> list[dict[str, list[int]
     groups = group_of[order]
     partitions = (order - index.offsets[groups]).tolist()
     cuts = np.nonzero((np.diff(owners) != 0) | (np.diff(groups) != 0))[0] + 1
-    starts = np.r_[0, cuts].tolist()
-    ends = np.r_[cuts, len(order)].tolist()
-    run_owner = owners[starts].tolist()
-    run_group = groups[starts].tolist()
-    layout = [list(zip(g.topics, g.counts, strict=True)) for g in index.groups]
-    sizes = [g.size for g in index.groups]
-    for start, end, member, g in zip(starts, ends, run_owner, run_group, strict=True):
-        if member < 0:
-            continue
-        run = partitions[start:end]
-        target = active[member]
-        for topic, count in layout[g]:
-            target[topic] = run.copy() if count == sizes[g] else [p for p in run if p < count]
+    starts, ends = np.r_[0, cuts], np.r_[cuts, len(order)]
+    run_owner, run_group = owners[starts], groups[starts]
+    runs = list(map(partitions.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+    # One entry per (run, topic of its group), ordered by member then topic name.
+    names = sorted({t for g in index.groups for t in g.topics})
+    rank = {t: i for i, t in enumerate(names)}
+    group_topics = [[rank[t] for t in g.topics] for g in index.groups]
+    width = np.array([len(t) for t in group_topics])[run_group]
+    entry_run = np.repeat(np.arange(len(runs)), width)
+    first = np.r_[0, np.cumsum(width)[:-1]]
+    within = np.arange(len(entry_run)) - np.repeat(first, width)
+    flat_topics = np.array([t for ts in group_topics for t in ts], np.int64)
+    topic_start = np.r_[0, np.cumsum([len(t) for t in group_topics])[:-1]].astype(np.int64)
+    entry_topic = flat_topics[topic_start[run_group[entry_run]] + within]
+    entry_owner = run_owner[entry_run]
+    keep = np.nonzero(entry_owner >= 0)[0]
+    keep = keep[np.lexsort((entry_topic[keep], entry_owner[keep]))]
+    lists = list(map(runs.__getitem__, entry_run[keep].tolist()))
+    if (width > 1).any():  # a run shared by several topics: one list object per topic
+        lists = list(map(list, lists))
+    topics = list(map(names.__getitem__, entry_topic[keep].tolist()))
+    bounds = np.searchsorted(entry_owner[keep], np.arange(len(index.members) + 1))
+    for member in range(len(index.members)):
+        a, b = int(bounds[member]), int(bounds[member + 1])
+        if a < b:
+            active[member] = dict(zip(topics[a:b], lists[a:b], strict=True))
+    _trim_mismatched(index, active)
     return active
+
+
+def _trim_mismatched(index: _Index, active: list[dict[str, list[int]]]) -> None:
+    """In a group with mismatched counts, a shorter topic lacks the higher partitions."""
+    short = {t: n for g in index.groups for t, n in zip(g.topics, g.counts, strict=True) if n < g.size}
+    if not short:
+        return
+    for entry in active:
+        for topic, count in short.items():
+            if topic in entry:
+                kept = [p for p in entry[topic] if p < count]
+                if kept:
+                    entry[topic] = kept
+                else:
+                    del entry[topic]
 
 
 def _unassigned(scn: Scenario, index: _Index) -> dict[str, list[int]]:
@@ -340,6 +383,27 @@ def _unassigned(scn: Scenario, index: _Index) -> dict[str, list[int]]:
             f"no member subscribes to every topic of {list(g.topics)}: its partitions are unassigned",
         )
     return dict(sorted(unassigned.items()))
+
+
+def _round_robin(scn: Scenario, reason: str) -> dict[str, Any]:
+    """A valid, co-partitioned, deterministic assignment, balanced per group, not sticky."""
+    members: dict[str, dict[str, Any]] = {m.id: {"active": {}, "standby": {}} for m in scn.members}
+    unassigned: dict[str, list[int]] = {}
+    for group in scn.groups:
+        eligible = [m.id for m in scn.members if set(group.topics) <= m.topics]
+        for p in range(group.size):
+            for topic in group.topics_of(p):
+                if eligible:
+                    owner = eligible[(p + group.index) % len(eligible)]
+                    members[owner]["active"].setdefault(topic, []).append(p)
+                else:
+                    unassigned.setdefault(topic, []).append(p)
+    return {
+        "epoch": scn.max_epoch + 1,
+        "members": members,
+        "unassigned": unassigned,
+        "warnings": [reason, *scn.warnings.render()],
+    }
 
 
 def _empty_assignment(raw: Any, reason: str) -> dict[str, Any]:
