@@ -23,14 +23,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.producer.message_accumulator import BatchBuilder
 
+from tables import keys
 from tables.join import JoinType, JoinWindow, WindowedJoin
 from tables.kv import Overlay
 from tables.store import PartitionStore, local_partitions, partition_path
@@ -74,6 +76,32 @@ async def create_changelog_topic(
         pass
     finally:
         await admin.close()
+
+
+async def send_records(
+    producer: AIOKafkaProducer,
+    topic: str,
+    partition: int,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+) -> int | None:
+    """Produce (key, value) records to one partition in order, as whole record batches
+    (far cheaper than one send() each), and wait for the acks. Returns the last offset."""
+    if not records:
+        return None
+    batches: list[tuple[BatchBuilder, int]] = []
+    batch = producer.create_batch()
+    for key, value in records:
+        if batch.append(key=key, value=value, timestamp=None) is None:
+            batches.append((batch, batch.record_count()))
+            batch = producer.create_batch()
+            batch.append(key=key, value=value, timestamp=None)
+    batches.append((batch, batch.record_count()))
+    sent = [(await producer.send_batch(b, topic, partition=partition), n) for b, n in batches]
+    last = -1
+    for future, count in sent:
+        ack = await future
+        last = max(last, ack.offset + count - 1)
+    return last
 
 
 class JoinTables:
@@ -178,7 +206,7 @@ class JoinTables:
             self._tasks[partition] = self._new_task(task.store, role)
 
     def _new_task(self, store: PartitionStore, role: str) -> _Task:
-        overlay = Overlay(store)
+        overlay = Overlay(store, unscanned=keys.POINT_ONLY)
         return _Task(store, overlay, WindowedJoin(overlay, self.window, self.join_type), role)
 
     def _close_task(self, partition: int) -> None:
@@ -194,16 +222,12 @@ class JoinTables:
         assert self._producer is not None, "start() first"
         changes = task.join.take_changes()
         try:
-            sent = [
-                await self._producer.send(self.changelog_topic, value, key=key, partition=partition)
-                for key, value in changes
-            ]
-            acks = await asyncio.gather(*sent)
+            last = await send_records(self._producer, self.changelog_topic, partition, changes)
         except BaseException:
             # Nothing of this batch reaches the disk; the caller replays its input.
             self._tasks[partition] = self._new_task(task.store, task.role)
             raise
-        checkpoint = max((ack.offset for ack in acks), default=task.store.checkpoint)
+        checkpoint = task.store.checkpoint if last is None else last
         task.store.write(task.overlay.pending, checkpoint)
         task.overlay.clear()
         return checkpoint

@@ -133,8 +133,9 @@ class WindowedJoin:
         matches = self._match(side, record)
         payload = record["campaign_id"].encode() if side == "left" else b""
         flag = MATCHED_FLAG if matches else UNMATCHED_FLAG
-        key = keys.record_key(side, record["auction_id"], ts, record["event_id"])
-        self._write_record(key, flag + payload)
+        stored = RecordKey(side, record["auction_id"], ts, record["event_id"])
+        key = keys.record_key(side, stored.auction_id, ts, stored.event_id)
+        self._write_record(key, flag + payload, stored)
         return results + matches
 
     def _match(self, side: Side, record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -155,31 +156,27 @@ class WindowedJoin:
                 right = (record["event_id"], record["ts"])
             results.append(output_record(record["auction_id"], left, right))
             if other in self._tracked and value[:1] == UNMATCHED_FLAG:
-                self._write_record(key, MATCHED_FLAG + value[1:])
+                self._write_record(key, MATCHED_FLAG + value[1:], stored)
         return results
 
-    def _write_record(self, key: bytes, value: bytes) -> None:
+    def _write_record(self, key: bytes, value: bytes, stored: RecordKey) -> None:
         self._changes[key] = value
-        self._apply_record(key, value)
+        self._apply_record(key, value, stored)
 
     # -- state shared by processing and restore --------------------------
 
-    def _apply_record(self, key: bytes, value: bytes) -> None:
+    def _apply_record(self, key: bytes, value: bytes, stored: RecordKey) -> None:
         """Store a record and derive its index entries (also on restore)."""
-        stored = keys.parse_record_key(key)
         self.state.put(key, value)
         self.state.put(keys.event_key(stored.side, stored.event_id), b"")
         expire_at = self.window.retained_until(stored.ts)
         self.state.put(keys.index_key(keys.EXPIRY, expire_at, key), b"")
         self._due[keys.EXPIRY] = min(self._due[keys.EXPIRY], expire_at)
         if stored.side in self._tracked:
+            # Kept when the record matches (no tombstone per match); checked when due.
             emit_at = self.window.closes_at(stored.side, stored.ts)
-            unmatched = keys.index_key(keys.UNMATCHED, emit_at, key)
-            if value[:1] == UNMATCHED_FLAG:
-                self.state.put(unmatched, b"")
-                self._due[keys.UNMATCHED] = min(self._due[keys.UNMATCHED], emit_at)
-            else:
-                self.state.delete(unmatched)
+            self.state.put(keys.index_key(keys.UNMATCHED, emit_at, key), b"")
+            self._due[keys.UNMATCHED] = min(self._due[keys.UNMATCHED], emit_at)
 
     def _advance(self, ts: int, emit: bool) -> list[dict[str, Any]]:
         if self.stream_time is not None and ts <= self.stream_time:
@@ -193,7 +190,7 @@ class WindowedJoin:
         for index_entry in self._take_due(keys.UNMATCHED):
             record_key = index_entry[9:]
             value = self.state.get(record_key)
-            if emit and value is not None:
+            if emit and value is not None and value[:1] == UNMATCHED_FLAG:
                 results.append(self._unmatched_output(keys.parse_record_key(record_key), value))
             self.state.delete(index_entry)
         for index_entry in self._take_due(keys.EXPIRY):
@@ -205,13 +202,19 @@ class WindowedJoin:
         return results
 
     def _take_due(self, index: bytes) -> list[bytes]:
-        """Index entries whose time is before stream time (range scan from the start)."""
+        """Index entries whose time is before stream time.
+
+        The scan starts at the earliest live entry (`_due`), not at the start of the
+        index, so it never walks the tombstones that expiry leaves behind."""
         now = self.stream_time
         if now is None or self._due[index] >= now:
             return []
         due: list[bytes] = []
         next_at = _NEVER
-        for entry, _ in self.state.scan(*keys.index_bounds(index)):
+        lo, hi = keys.index_bounds(index)
+        if self._due[index] > -_NEVER:
+            lo = index + keys.encode_time(self._due[index])
+        for entry, _ in self.state.scan(lo, hi):
             at = keys.decode_time(entry[1:9])
             if at >= now:
                 next_at = at
@@ -275,8 +278,9 @@ class WindowedJoin:
                 setattr(self, name, keys.decode_int(value))
             return
         if key.startswith(keys.RECORD):
-            self._apply_record(key, value)
-            ts = keys.parse_record_key(key).ts
+            stored = keys.parse_record_key(key)
+            self._apply_record(key, value, stored)
+            ts = stored.ts
             if self.stream_time is None or ts > self.stream_time:
                 self.stream_time = ts
                 self.state.put(keys.meta_key("stream_time"), keys.encode_int(ts))

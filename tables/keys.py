@@ -24,6 +24,8 @@ EVENT = b"e"
 EXPIRY = b"x"
 UNMATCHED = b"u"
 META = b"m:"
+# Looked up by exact key only, never range-scanned (see kv.Overlay).
+POINT_ONLY = (EVENT, META)
 
 SIDE_BYTE: dict[Side, bytes] = {"left": b"L", "right": b"R"}
 BYTE_SIDE: dict[int, Side] = {ord("L"): "left", ord("R"): "right"}

@@ -58,10 +58,13 @@ class MemoryKV:
 class Overlay:
     """Pending writes (None = delete) over a base that is only read."""
 
-    def __init__(self, base: ReadableKV) -> None:
+    def __init__(self, base: ReadableKV, unscanned: tuple[bytes, ...] = ()) -> None:
+        """Keys starting with one of `unscanned` are never range-scanned by the caller:
+        they skip the sorted index of pending keys (a cost on every write)."""
         self.base = base
         self.pending: dict[bytes, bytes | None] = {}
         self._pending_keys: list[bytes] = []
+        self._unscanned = unscanned
 
     def get(self, key: bytes) -> bytes | None:
         if key in self.pending:
@@ -77,7 +80,7 @@ class Overlay:
         self.pending[key] = None
 
     def _remember(self, key: bytes) -> None:
-        if key not in self.pending:
+        if key not in self.pending and not key.startswith(self._unscanned):
             insort(self._pending_keys, key)
 
     def clear(self) -> None:
