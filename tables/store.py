@@ -10,8 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteBufferManager,
+    WriteOptions,
+)
 
 from tables import keys
 
@@ -32,9 +43,28 @@ def local_partitions(data_dir: Path, table: str) -> list[int]:
     )
 
 
+# Shared by every partition database of the process, so memory stays flat however many
+# partitions and keys a worker holds: index and filter blocks live in the block cache
+# instead of growing with the data, and all memtables share one budget.
+BLOCK_CACHE_BYTES = 64 << 20
+MEMTABLE_BUDGET_BYTES = 128 << 20
+_shared: dict[str, Any] = {}
+
+
 def _options() -> Options:
+    if not _shared:
+        _shared["cache"] = Cache(BLOCK_CACHE_BYTES)
+        _shared["memtables"] = WriteBufferManager(MEMTABLE_BUDGET_BYTES, False)
+    table = BlockBasedOptions()
+    table.set_block_cache(_shared["cache"])
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    table.set_bloom_filter(10, False)  # most duplicate checks look for a key that is absent
     options = Options(raw_mode=True)
     options.create_if_missing(True)
+    options.set_block_based_table_factory(table)
+    options.set_write_buffer_manager(_shared["memtables"])
+    options.set_write_buffer_size(32 << 20)
     return options
 
 

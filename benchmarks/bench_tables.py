@@ -1,0 +1,406 @@
+"""Benchmarks of the tables package; prints Markdown tables (results: docs/bench/tables.md).
+
+    .venv/bin/python -m benchmarks.bench_tables                       # everything
+    .venv/bin/python -m benchmarks.bench_tables --only throughput --records 100000
+    .venv/bin/python -m benchmarks.bench_tables --only memory --memory-keys 10000000
+    .venv/bin/python -m benchmarks.bench_tables --only restore --restore-records 1000000
+
+Every comparison is a ratio measured in the same run on the same machine:
+- throughput: the windowed join (Tandem) and a join written the usual way on
+  Faust-style tables, each against the raw consume rate of the same topics;
+- memory: resident set size as the join state grows to N keys;
+- restore: local files plus the changelog tail, against a full changelog replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from rocksdict import Options, Rdict
+
+from app.broker import EmbeddedBroker
+from tables.changelog import JoinTables, create_changelog_topic, send_records
+from tables.join import JoinType, JoinWindow, WindowedJoin
+from tables.keys import POINT_ONLY
+from tables.kv import Overlay
+from tables.records import Rejected, validate
+from tables.store import PartitionStore
+
+BASE_TS = 1_700_000_000_000
+WINDOW = JoinWindow()  # the contract's defaults: before 0, after 10 min, grace 1 min
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def ad_events(impressions: int, seed: int = 1) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Impressions 10 ms apart; 60 % get a click within the window, a few out of order."""
+    rng = random.Random(seed)
+    for n in range(impressions):
+        auction, ts = f"auction-{n}", BASE_TS + n * 10
+        yield (
+            "left",
+            {"event_id": f"i{n}", "auction_id": auction, "campaign_id": f"c{n % 97}", "ts": ts},
+        )
+        if rng.random() < 0.6:
+            click_ts = ts + rng.randint(-2_000, 300_000)  # some clicks precede their impression
+            yield "right", {"event_id": f"k{n}", "auction_id": auction, "ts": click_ts}
+
+
+# -- throughput ---------------------------------------------------------------------
+
+
+async def load_topics(bootstrap: str, names: dict[str, str], partitions: int, records: int) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(n, partitions, 1) for n in names.values()])
+    await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    per_tp: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
+    total = 0
+    for side, event in ad_events(records):
+        topic = names["left" if side == "left" else "right"]
+        partition = hash(event["auction_id"]) % partitions
+        per_tp.setdefault((topic, partition), []).append(
+            (event["auction_id"].encode(), json.dumps(event).encode())
+        )
+        total += 1
+    for (topic, partition), rows in per_tp.items():
+        for start in range(0, len(rows), 5000):
+            await send_records(producer, topic, partition, rows[start : start + 5000])
+    await producer.stop()
+    return total
+
+
+async def consume_all(
+    bootstrap: str,
+    topics: list[str],
+    partitions: int,
+    handle: Callable[[int, list[tuple[str, list[Any]]]], Any] | None,
+) -> tuple[int, float]:
+    """Read every record of the topics (manual assignment); `handle(partition, parts)` is
+    awaited per partition and fetch. Returns (records, seconds)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+        max_partition_fetch_bytes=4 << 20,
+    )
+    await consumer.start()
+    tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    count = 0
+    started = time.perf_counter()
+    while True:
+        fetched = await consumer.getmany(timeout_ms=100, max_records=5000)
+        by_partition: dict[int, list[tuple[str, list[Any]]]] = {}
+        for tp, records in fetched.items():
+            count += len(records)
+            by_partition.setdefault(tp.partition, []).append((tp.topic, records))
+        if handle is not None:
+            for partition, parts in by_partition.items():
+                await handle(partition, parts)
+        if not fetched and await _caught_up(consumer, tps):
+            break
+    elapsed = time.perf_counter() - started
+    await consumer.stop()
+    return count, elapsed
+
+
+async def _caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
+    for tp in tps:
+        mark = consumer.highwater(tp)
+        if mark is None or await consumer.position(tp) < mark:
+            return False
+    return True
+
+
+async def tandem_join(bootstrap: str, names: dict[str, str], partitions: int, data: Path) -> float:
+    """Consume, validate, join, produce results, then changelog + RocksDB commit per fetch."""
+    await create_changelog_topic(bootstrap, names["changelog"], partitions)
+    tables = JoinTables(bootstrap, names["changelog"], data, window=WINDOW, join_type=JoinType.LEFT)
+    await tables.start()
+    await tables.on_assignment(set(range(partitions)), set())
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+
+    async def handle(partition: int, parts: list[tuple[str, list[Any]]]) -> None:
+        join = tables.operator(partition)
+        out: list[tuple[bytes | None, bytes | None]] = []
+        for topic, records in parts:
+            side = "left" if topic == names["left"] else "right"
+            for record in records:
+                value = validate(side, record.key, record.value, None)
+                if not isinstance(value, Rejected):
+                    out += [
+                        (r["auction_id"].encode(), json.dumps(r).encode())
+                        for r in join.process(side, value)
+                    ]
+            join.set_input_offset(topic, records[-1].offset + 1)
+        await send_records(producer, names["output"], partition, out)
+        await tables.commit(partition)
+
+    count, elapsed = await consume_all(
+        bootstrap, [names["left"], names["right"]], partitions, handle
+    )
+    await producer.stop()
+    await tables.close()
+    return count / elapsed
+
+
+class FaustStyleTable:
+    """A join written the usual way on Faust tables: one table keyed by auction_id whose
+    value (JSON) holds the impressions and clicks seen; every update rewrites the whole value
+    in RocksDB (Faust's rocksdb store does one put per set) and sends it to the changelog
+    with one `send()` per update (what `table[key] = value` does)."""
+
+    def __init__(self, path: Path, producer: AIOKafkaProducer, changelog: str) -> None:
+        self.db = Rdict(str(path), Options(raw_mode=True))
+        self.producer = producer
+        self.changelog = changelog
+
+    async def process(
+        self, partition: int, side: str, event: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        key = event["auction_id"].encode()
+        raw = self.db.get(key)
+        value = json.loads(raw) if raw else {"left": [], "right": []}
+        if any(e["event_id"] == event["event_id"] for e in value[side]):
+            return []
+        other = "right" if side == "left" else "left"
+        results = []
+        for seen in value[other]:
+            left, right = (event, seen) if side == "left" else (seen, event)
+            if left["ts"] - WINDOW.before <= right["ts"] <= left["ts"] + WINDOW.after:
+                results.append(
+                    {
+                        "join_id": f"{left['event_id']}|{right['event_id']}",
+                        "ts": max(left["ts"], right["ts"]),
+                    }
+                )
+        value[side].append(event)
+        encoded = json.dumps(value).encode()
+        self.db.put(key, encoded)
+        await self.producer.send(self.changelog, encoded, key=key, partition=partition)
+        return results
+
+
+async def faust_style_join(
+    bootstrap: str, names: dict[str, str], partitions: int, data: Path
+) -> float:
+    await create_changelog_topic(bootstrap, names["changelog"], partitions)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    tables = {
+        p: FaustStyleTable(data / str(p), producer, names["changelog"]) for p in range(partitions)
+    }
+
+    async def handle(partition: int, parts: list[tuple[str, list[Any]]]) -> None:
+        for topic, records in parts:
+            side = "left" if topic == names["left"] else "right"
+            for record in records:
+                value = validate(side, record.key, record.value, None)
+                if isinstance(value, Rejected):
+                    continue
+                for result in await tables[partition].process(partition, side, value):
+                    await producer.send(
+                        names["output"], json.dumps(result).encode(), partition=partition
+                    )
+        await producer.flush()
+
+    count, elapsed = await consume_all(
+        bootstrap, [names["left"], names["right"]], partitions, handle
+    )
+    await producer.stop()
+    for table in tables.values():
+        table.db.close()
+    return count / elapsed
+
+
+async def bench_throughput(records: int, partitions: int, work: Path) -> list[str]:
+    with EmbeddedBroker(log_dir=work / "broker") as broker:
+        inputs = {"left": "impressions", "right": "clicks"}
+        total = await load_topics(broker.bootstrap, inputs, partitions, records)
+        topics = list(inputs.values())
+        raw_before = await consume_all(broker.bootstrap, topics, partitions, None)
+        tandem = await tandem_join(
+            broker.bootstrap,
+            {**inputs, "output": "out-t", "changelog": "cl-t"},
+            partitions,
+            work / "t",
+        )
+        faust = await faust_style_join(
+            broker.bootstrap,
+            {**inputs, "output": "out-f", "changelog": "cl-f"},
+            partitions,
+            work / "f",
+        )
+        raw_after = await consume_all(broker.bootstrap, topics, partitions, None)
+    raw = (raw_before[0] / raw_before[1] + raw_after[0] / raw_after[1]) / 2
+    return [
+        f"Input: {total:,} records ({records:,} impressions + clicks), {partitions} partitions, "
+        "one worker, embedded tansu broker.",
+        "",
+        "| pipeline | records/s | vs raw consume | vs Faust-style join |",
+        "| --- | ---: | ---: | ---: |",
+        f"| raw consume (mean of before/after) | {raw:,.0f} | 1.00 | |",
+        f"| Tandem windowed join (left) | {tandem:,.0f} | {tandem / raw:.2f} "
+        f"| {tandem / faust:.2f} |",
+        f"| Faust-style table join | {faust:,.0f} | {faust / raw:.2f} | 1.00 |",
+    ]
+
+
+# -- memory -------------------------------------------------------------------------
+
+
+def bench_memory(keys: int, step: int, work: Path) -> list[str]:
+    """Left join over impressions that never expire (window far longer than the run):
+    each impression is one join key in state."""
+    store = PartitionStore(work / "mem" / "joins" / "0")
+    overlay = Overlay(store, unscanned=POINT_ONLY)
+    join = WindowedJoin(overlay, JoinWindow(0, 10**12, 0), JoinType.LEFT)
+    rows = [f"| 0 | {rss_mb():.0f} | 0 | 0 |"]
+    started = time.perf_counter()
+    for n in range(1, keys + 1):
+        join.process(
+            "left",
+            {
+                "event_id": f"i{n}",
+                "auction_id": f"auction-{n}",
+                "campaign_id": "c7",
+                "ts": BASE_TS + n,
+            },
+        )
+        if n % 2000 == 0:
+            join.take_changes()  # the changelog is not part of this measurement
+            store.write(overlay.pending, n)
+            overlay.clear()
+        if n % step == 0:
+            rate = n / (time.perf_counter() - started)
+            rows.append(f"| {n:,} | {rss_mb():.0f} | {dir_mb(store.path):.0f} | {rate:,.0f} |")
+            print(rows[-1], flush=True)
+    store.close()
+    return [
+        "| join keys in state | resident MB | files MB | records/s so far |",
+        "| ---: | ---: | ---: | ---: |",
+        *rows,
+    ]
+
+
+# -- restore ------------------------------------------------------------------------
+
+
+async def bench_restore(records: int, tail_fraction: float, work: Path) -> list[str]:
+    """A worker writes `records` changelog records; a copy of its files is taken when all
+    but the tail is written. Restore from that copy + tail, then from nothing."""
+    with EmbeddedBroker(log_dir=work / "broker-r") as broker:
+        topic = "restore-changelog"
+        await create_changelog_topic(broker.bootstrap, topic, 1)
+        writer_dir, local_dir = work / "writer", work / "local"
+        writer = JoinTables(
+            broker.bootstrap, topic, writer_dir, window=WINDOW, join_type=JoinType.INNER
+        )
+        await writer.start()
+        await writer.on_assignment({0}, set())
+        snapshot_at = int(records * (1 - tail_fraction))
+        written = 0
+        for n, (side, event) in enumerate(ad_events(records), 1):
+            writer.operator(0).process(side, event)
+            written = n
+            if n % 5000 == 0 or n == snapshot_at:
+                await writer.commit(0)
+            if n == snapshot_at:
+                await writer.close()  # files are copied closed, then the writer goes on
+                shutil.copytree(writer_dir, local_dir)
+                await writer.start()
+                await writer.on_assignment({0}, set())
+            if n >= records:
+                break
+        await writer.commit(0)
+        end = writer.local_offsets()[0] + 1
+        await writer.close()
+
+        timings = {}
+        for name, data_dir in (("local files + tail", local_dir), ("full replay", work / "empty")):
+            tables = JoinTables(
+                broker.bootstrap, topic, data_dir, window=WINDOW, join_type=JoinType.INNER
+            )
+            await tables.start()
+            started = time.perf_counter()
+            await tables.on_assignment({0}, set())
+            timings[name] = (time.perf_counter() - started, tables.replayed[0])
+            assert tables.local_offsets()[0] == end - 1
+            await tables.close()
+    local, full = timings["local files + tail"], timings["full replay"]
+    return [
+        f"Changelog of {end:,} records ({written:,} input records, inner join), one partition; "
+        f"tail = the last {tail_fraction:.0%} of the input.",
+        "",
+        "| restore | changelog records read | seconds | speed-up |",
+        "| --- | ---: | ---: | ---: |",
+        f"| full replay (no local files) | {full[1]:,} | {full[0]:.2f} | 1.0 |",
+        f"| local files + tail | {local[1]:,} | {local[0]:.2f} | {full[0] / local[0]:.1f}x |",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=["throughput", "memory", "restore"])
+    parser.add_argument("--records", type=int, default=100_000, help="impressions for throughput")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--memory-keys", type=int, default=10_000_000)
+    parser.add_argument("--memory-step", type=int, default=1_000_000)
+    parser.add_argument("--restore-records", type=int, default=1_000_000)
+    parser.add_argument("--tail-fraction", type=float, default=0.01)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-tables-") as tmp:
+        work = Path(tmp)
+        if args.only in (None, "throughput"):
+            print(
+                "\n## Throughput\n\n"
+                + "\n".join(asyncio.run(bench_throughput(args.records, args.partitions, work))),
+                flush=True,
+            )
+        if args.only in (None, "restore"):
+            print(
+                "\n## Restore\n\n"
+                + "\n".join(
+                    asyncio.run(bench_restore(args.restore_records, args.tail_fraction, work))
+                ),
+                flush=True,
+            )
+        if args.only in (None, "memory"):
+            print(
+                "\n## Memory\n\n"
+                + "\n".join(bench_memory(args.memory_keys, args.memory_step, work)),
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
