@@ -50,6 +50,8 @@ def session(
         .config("spark.driver.extraJavaOptions", FAST_JVM)
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .config("spark.sql.session.timeZone", "UTC")
+        # Local mode runs everything in the driver JVM; 1 GiB (Spark's default) spills early.
+        .config("spark.driver.memory", os.environ.get("TANDEM_DRIVER_MEMORY", "4g"))
     )
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
