@@ -126,6 +126,14 @@ CASES = [
         [[], [], ["|k1", "i1|"]],
     ),
     Case(
+        # The contract (and Kafka Streams) closes a click's window at ts+before+grace, but an
+        # impression is accepted until its own ts+after+grace: both results appear.
+        "outer: a click emitted unmatched can still join a later, non-late impression",
+        OUTER,
+        [click("k1", 1000), imp("i8", 1011, "z"), imp("i1", 950)],
+        [[], ["|k1"], ["i1|k1"]],
+    ),
+    Case(
         "late impression dropped: ts+after+grace < stream time",
         INNER,
         [click("k0", 2000, "z"), imp("i1", 1889), imp("i2", 1890), click("k1", 1990)],
