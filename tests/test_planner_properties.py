@@ -103,3 +103,32 @@ def _shuffled(value: Any, rnd: random.Random) -> Any:
         rnd.shuffle(items)
         return items
     return value
+
+
+@FAST
+@given(st.integers(2, 7), st.integers(1, 24), st.integers(1, 2), st.data())
+def test_standby_counts_balanced_across_distinct_hosts(
+    members: int, partitions: int, replicas: int, data: st.DataObject
+) -> None:
+    """Equal members on distinct hosts: standby counts differ by at most one, whatever the history."""
+    topics = ["impressions", "clicks", "joins-changelog"]
+    scn: dict[str, Any] = {
+        "topics": {t: partitions for t in topics},
+        "copartition_groups": [topics],
+        "changelog_topics": ["joins-changelog"],
+        "standby_replicas": replicas,
+        "members": {},
+    }
+    anywhere = st.lists(st.integers(0, partitions - 1), unique=True, max_size=partitions)
+    for k in range(members):
+        scn["members"][f"w{k}"] = {
+            "topics": topics,
+            "epoch": data.draw(st.integers(0, 2)),
+            "previous_active": {t: data.draw(anywhere) for t in topics[:1]},
+            "previous_standby": {"joins-changelog": data.draw(anywhere)},
+        }
+    assignment = plan(scn)
+    owners = check.task_owner(scn, assignment)
+    check.check_standbys(scn, assignment, owners)
+    counts = [sum(map(len, d["standby"].values())) for d in assignment["members"].values()]
+    assert max(counts) - min(counts) <= 1, counts

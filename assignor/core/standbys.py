@@ -56,6 +56,7 @@ class _Loads:
         members = sorted({m for g in {t[0] for t in problem.tasks} for m in problem.eligible[g]})
         weight = sum((problem.capacity[m] for m in members), Fraction(0)) or Fraction(1)
         self.cap = {m: math.ceil(total * problem.capacity[m] / weight) for m in members}
+        self.floor = {m: math.floor(total * problem.capacity[m] / weight) for m in members}
         self.scale = {m: 1 / float(problem.capacity[m]) for m in members}
         self.load = dict.fromkeys(members, 0)
         self._heap = [(False, 0.0, m) for m in members]
@@ -96,6 +97,7 @@ def place_standbys(problem: StandbyProblem) -> dict[Task, list[str]]:
         _keep_previous(problem, t, quota[t], chosen[t], loads)
     for t, k in need.items():
         _fill(problem, t, k, quota[t], chosen[t], loads)
+    _rebalance(problem, chosen, loads)
     return {t: sorted(ms) for t, ms in chosen.items() if ms}
 
 
@@ -179,3 +181,58 @@ def _prefer_state_holder(
     if under_cap:
         return min(under_cap, key=loads.key)
     return least_loaded
+
+
+def _rebalance(problem: StandbyProblem, chosen: dict[Task, list[str]], loads: _Loads) -> None:
+    """Move standbys from members above their share to members below it.
+
+    The greedy fill can corner itself (the last tasks' only light members are
+    their own actives). A move never puts a standby on the task's active, on a
+    member already holding one, or in a worse host/rack category.
+    """
+    held: dict[str, list[Task]] = {m: [] for m in loads.load}
+    for task, members in chosen.items():
+        for m in members:
+            held[m].append(task)
+    for _ in range(sum(len(ms) for ms in chosen.values())):
+        move = _find_move(problem, chosen, loads, held)
+        if move is None:
+            return
+        task, donor, receiver = move
+        chosen[task][chosen[task].index(donor)] = receiver
+        held[donor].remove(task)
+        held[receiver].append(task)
+        loads.load[donor] -= 1
+        loads.load[receiver] += 1
+
+
+def _find_move(
+    problem: StandbyProblem,
+    chosen: dict[Task, list[str]],
+    loads: _Loads,
+    held: dict[str, list[Task]],
+) -> tuple[Task, str, str] | None:
+    load, floor, cap = loads.load, loads.floor, loads.cap
+    under = sorted((m for m in load if load[m] < floor[m]), key=lambda m: (load[m] - floor[m], m))
+    over = sorted((m for m in load if load[m] > cap[m]), key=lambda m: (cap[m] - load[m], m))
+    if under:
+        donors = over or sorted((m for m in load if load[m] > floor[m]), key=lambda m: (-load[m], m))
+        receivers = under
+    elif over:
+        donors = over
+        receivers = sorted((m for m in load if load[m] < cap[m]), key=lambda m: (load[m], m))
+    else:
+        return None
+    for donor in donors:
+        for task in sorted(held[donor]):
+            active = problem.active[task]
+            worst = _category(problem, active, donor)
+            for receiver in receivers:
+                if (
+                    receiver != active
+                    and receiver not in chosen[task]
+                    and receiver in problem.eligible_set[task[0]]
+                    and _category(problem, active, receiver) <= worst
+                ):
+                    return task, donor, receiver
+    return None
