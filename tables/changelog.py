@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -57,7 +57,7 @@ class _Task:
     role: str  # "active" or "standby"
     replayed: int = 0
     applied_since_flush: int = 0
-    pending_checkpoint: int | None = field(default=None)
+    pending_checkpoint: int | None = None
 
 
 async def create_changelog_topic(
@@ -323,7 +323,21 @@ class JoinTables:
         task.applied_since_flush = 0
 
     async def _tail_standbys(self, partitions: list[int]) -> None:
-        """Follow the standbys' changelogs into their own databases until reassigned."""
+        """Follow the standbys' changelogs into their own databases until reassigned.
+        A broker error restarts the tail from the checkpoints on disk."""
+        while True:
+            try:
+                await self._tail_once(partitions)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("standby tail of %s failed; restarting", partitions)
+                for partition in partitions:  # drop what was applied but not written
+                    task = self._tasks[partition]
+                    self._tasks[partition] = self._new_task(task.store, task.role)
+                await asyncio.sleep(1.0)
+
+    async def _tail_once(self, partitions: list[int]) -> None:
         consumer = self._consumer()
         await consumer.start()
         try:
