@@ -145,7 +145,9 @@ async def scenario(
         await asyncio.sleep(4)
         say(f"sent {traffic.sent} impressions; joined records read back: {len(outputs.join_ids)}")
         await asyncio.to_thread(table, workers)
-    code = await kill_and_take_over(workers, outputs)
+    code, victim = await kill_and_take_over(workers, outputs)
+    if code == 0:
+        code = await restart(victim, workers)
     stop_traffic.set()
     await asyncio.wait_for(producer, 30)
     code |= await check_results(traffic, outputs, workers)
@@ -155,7 +157,9 @@ async def scenario(
     return code
 
 
-async def kill_and_take_over(workers: list[WorkerProcess], outputs: Outputs) -> int:
+async def kill_and_take_over(
+    workers: list[WorkerProcess], outputs: Outputs
+) -> tuple[int, WorkerProcess]:
     victim = max(workers, key=lambda w: len((w.view() or {}).get("actives", [])))
     lost = (victim.view() or {}).get("actives", [])
     survivors = [w for w in workers if w is not victim]
@@ -167,7 +171,7 @@ async def kill_and_take_over(workers: list[WorkerProcess], outputs: Outputs) -> 
     ok = await wait_until(lambda: covered(survivors, PARTITIONS), 45, 1, lambda: table(survivors))
     if not ok:
         say("FAILED: the survivors did not take over within 45 s")
-        return 1
+        return 1, victim
     say(f"takeover complete {time.time() - killed_at:.1f} s after the kill:")
     table(survivors)
     await wait_until(lambda: all(p in outputs.first_after for p in lost), 20, 0.5)
@@ -175,6 +179,26 @@ async def kill_and_take_over(workers: list[WorkerProcess], outputs: Outputs) -> 
         first = outputs.first_after.get(partition)
         gap = "none yet" if first is None else f"{first - killed_at:.1f} s"
         say(f"  partition {partition}: first joined record from a survivor after the kill: {gap}")
+    return 0, victim
+
+
+async def restart(victim: WorkerProcess, workers: list[WorkerProcess]) -> int:
+    """The killed worker comes back on its data dir and gets partitions back, warm."""
+    victim.start()
+    say(f"restarted {victim.name} (pid {victim.process.pid if victim.process else '?'}) "
+        "on the same data dir")
+    started = time.time()
+    back = await wait_until(
+        lambda: (victim.view() or {}).get("actives") and covered(workers, PARTITIONS), 60, 1
+    )
+    if not back:
+        say("FAILED: the restarted worker got no partitions within 60 s")
+        return 1
+    rebalance = (victim.view() or {}).get("last_rebalance", {})
+    say(f"{victim.name} is back after {time.time() - started:.1f} s: warm from its local state "
+        f"{rebalance.get('moved_warm')}, cold {rebalance.get('moved_cold')}, "
+        f"changelog records replayed {rebalance.get('replayed')}")
+    table(workers)
     return 0
 
 

@@ -9,6 +9,7 @@ state's metadata, so they travel in the changelog and survive a takeover.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from tables.join import JoinType, WindowedJoin
 from tables.records import Side
 
 _CTR = "ctr:"
+ASSIGNMENT_WAIT_S = 30.0
+log = logging.getLogger(__name__)
 
 
 class TablesState:
@@ -65,9 +68,13 @@ class TablesState:
 
     async def operator(self, partition: int) -> WindowedJoin | None:
         """The restored join of an active partition; None if it is not ours (revoked)."""
-        event = self._ready.get(partition)
-        if event is not None:
-            await event.wait()
+        # A record may arrive before the assignment signal: wait for it, bounded.
+        event = self._ready.setdefault(partition, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), ASSIGNMENT_WAIT_S)
+        except TimeoutError:
+            log.warning("partition %s was never assigned here; record skipped", partition)
+            return None
         return self.tables.operator(partition) if partition in self.active else None
 
     async def record(self, partition: int, side: Side, record: dict[str, Any], emit: Emit) -> None:

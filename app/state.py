@@ -162,12 +162,12 @@ class StateManager:
         rebalance.kept = sorted(previous & self.active)
         for partition in [p for p in self._restoring if p not in self.active]:
             self._restoring.pop(partition)  # revoked while restoring
-            self._ready.pop(partition).set()
+            self._ready[partition].set()
         for partition in sorted(self.active - previous):
             # Warm: a standby's memory or a local file already holds part of the state.
             warm = self._state(partition).offset >= 0
             (rebalance.warm if warm else rebalance.cold).append(partition)
-            self._ready[partition] = asyncio.Event()
+            self._ready.setdefault(partition, asyncio.Event()).clear()
             self._restoring[partition] = time.time()
             self._replayed[partition] = 0
         for partition in list(self.states):
@@ -184,12 +184,15 @@ class StateManager:
             self.states[partition] = state
         return self.states[partition]
 
-    async def operator(self, partition: int) -> PartitionState:
-        """The partition's state once restored (waits while it catches up)."""
-        event = self._ready.get(partition)
-        if event is not None:
-            await event.wait()
-        return self._state(partition)
+    async def operator(self, partition: int) -> PartitionState | None:
+        """The partition's state once restored; None if it is not ours (revoked)."""
+        # A record may arrive before the assignment signal: wait for it, bounded.
+        event = self._ready.setdefault(partition, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), 30.0)
+        except TimeoutError:
+            return None
+        return self._state(partition) if partition in self.active else None
 
     async def record(self, partition: int, side: str, record: Record, emit: Emit) -> None:
         """Join an accepted input record, emit its results, then write it to the changelog.
@@ -198,6 +201,8 @@ class StateManager:
         replays the input on the new owner, which emits the same join ids again.
         """
         state = await self.operator(partition)
+        if state is None:
+            return  # not ours: the owner processes it
         if state.join.seen(side, record["event_id"]):
             return  # a redelivery: no result, nothing to log
         await emit(state.process(side, record))
@@ -309,7 +314,7 @@ class StateManager:
         self.rebalance.replayed += replayed
         self.rebalance.replayed_by_partition[partition] = replayed
         self.total_replayed += replayed
-        self._ready.pop(partition).set()
+        self._ready[partition].set()
         if not self._restoring:
             self.rebalance.seconds = round(time.time() - self.rebalance.started, 3)
 

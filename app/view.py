@@ -30,6 +30,7 @@ def render_html(view: dict[str, Any]) -> str:
         ["last rebalance: moved warm", rebalance["moved_warm"]],
         ["last rebalance: moved cold", rebalance["moved_cold"]],
         ["last rebalance: replayed, seconds", f"{rebalance['replayed']}, {rebalance['seconds']}"],
+        ["group's last rebalance (planner)", view.get("group_rebalance")],
     ]
     campaigns = [
         [c, s["impressions"], s["clicks"], s["ctr"]] for c, s in view["campaigns"].items()

@@ -114,6 +114,7 @@ class Worker:
             "actives": sorted(state.active),
             "standbys": sorted(state.standby),
             "wire": _wire(self.app),
+            "assignment": _assignment(self.app),
             "lag": {str(p): self._lag(p) for p in sorted(state.active)},
             "standby_lag": {str(p): state.lag(p) for p in sorted(state.standby)},
             "joined": {str(p): n for p, n in sorted(state.joined_counts().items())},
@@ -139,6 +140,18 @@ class Worker:
                 return None
             total += max(0, high - 1 - self.positions.get(tp, -1))
         return total
+
+
+def _assignment(app: faust.App) -> dict[str, dict[str, list[int]]]:
+    """The assignor's view of this member (with Tandem it includes the changelog)."""
+    found: dict[str, dict[str, list[int]]] = {"active": {}, "standby": {}}
+    for kind, tps in (
+        ("active", app.assignor.assigned_actives()),
+        ("standby", app.assignor.assigned_standbys()),
+    ):
+        for tp in tps:
+            found[kind].setdefault(tp.topic, []).append(tp.partition)
+    return {k: {t: sorted(p) for t, p in sorted(v.items())} for k, v in found.items()}
 
 
 def _group_rebalance(app: faust.App) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ assignor, standby replicas 0 and 1, in the same run on one embedded broker.
     .venv/bin/python benchmarks/bench_failover.py [--repeats 2] [--write docs/bench/failover.md]
 
 Per run: three `faust -A app worker` processes (two host labels), 6 partitions,
-steady synthetic traffic, then SIGKILL of the worker with the most actives.
+steady synthetic traffic, then SIGKILL of one worker (w1, w2, w3 in turn).
 "first join" is the time from the kill to the first joined record (CreateTime
 after the kill) in each of the dead worker's partitions of the output topic
 (keyed like the inputs, so output partition = input partition); the table shows
@@ -100,7 +100,7 @@ async def measure(
     producer = asyncio.create_task(run_traffic(bootstrap, traffic, args.rate, stop))
     await asyncio.sleep(args.warmup)
     before = await asyncio.to_thread(views, workers)
-    victim = max(workers, key=lambda w: len((before[w.name] or {}).get("actives", [])))
+    victim = next(w for w in workers if w.name == args.victim)
     lost: list[int] = (before[victim.name] or {}).get("actives", [])
     survivors = [w for w in workers if w is not victim]
     killed_at = time.time()
@@ -139,13 +139,15 @@ def summarize(
     after: dict[str, dict[str, Any] | None],
     sizes: dict[int, int],
 ) -> dict[str, Any]:
-    warm, cold, replayed = [], [], 0
+    warm: list[int] = []
+    cold: list[int] = []
+    by_partition: dict[int, int] = {}
     for view in after.values():
         rebalance = (view or {}).get("last_rebalance", {})
-        by_partition = {int(p): n for p, n in rebalance.get("replayed_by_partition", {}).items()}
+        for p, n in rebalance.get("replayed_by_partition", {}).items():
+            by_partition[int(p)] = n
         warm += [p for p in rebalance.get("moved_warm", []) if p in lost]
         cold += [p for p in rebalance.get("moved_cold", []) if p in lost]
-        replayed += sum(n for p, n in by_partition.items() if p in lost)
     firsts = [outputs.first_after[p] - killed_at for p in lost if p in outputs.first_after]
     return {
         "lost": lost,
@@ -153,8 +155,11 @@ def summarize(
         "cold": sorted(cold),
         "takeover_s": takeover_s,
         "first_join_s": max(firsts) if len(firsts) == len(lost) else None,
-        "replayed": replayed,
+        "replayed": sum(by_partition.get(p, 0) for p in lost),
+        "replayed_warm": sum(by_partition.get(p, 0) for p in warm),
+        "replayed_cold": sum(by_partition.get(p, 0) for p in cold),
         "size": sum(sizes.values()),
+        "size_cold": sum(sizes.get(p, 0) for p in cold),
     }
 
 
@@ -164,17 +169,17 @@ def fmt(value: float | None) -> str:
 
 def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace) -> str:
     lines = [
-        "| assignor | standbys | lost partitions (warm / cold) | takeover s | first join s "
-        "| replayed | cold size | goal |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| assignor | standbys | killed | lost partitions (warm / cold) | takeover s "
+        "| first join s | replayed for warm | replayed for cold (their size) | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for assignor, standbys, r in rows:
         goal = r["first_join_s"] is not None and r["first_join_s"] <= SESSION_S + 2
         goal_text = ("yes" if goal else "no") if standbys else "n/a"
         lines.append(
-            f"| {assignor} | {standbys} | {r['lost']} ({r['warm']} / {r['cold']}) "
-            f"| {fmt(r['takeover_s'])} | {fmt(r['first_join_s'])} | {r['replayed']} "
-            f"| {r['size']} | {goal_text} |"
+            f"| {assignor} | {standbys} | {r['victim']} | {r['lost']} ({r['warm']} / {r['cold']}) "
+            f"| {fmt(r['takeover_s'])} | {fmt(r['first_join_s'])} | {r['replayed_warm']} "
+            f"| {r['replayed_cold']} ({r['size_cold']}) | {goal_text} |"
         )
     lines += ["", "Placement before and after each kill (a = actives, s = standbys):", ""]
     for assignor, standbys, r in rows:
@@ -205,9 +210,12 @@ async def bench(args: argparse.Namespace) -> str:
     rows: list[tuple[str, int, dict[str, Any]]] = []
     with EmbeddedBroker(log_dir=run_dir) as broker:
         for repeat in range(args.repeats):
+            # Each repeat kills the next worker: w1 and w3 share host-a, w2 is alone on host-b.
+            args.victim = LABELS[repeat % len(LABELS)][0]
             for assignor in ("tandem", "stock"):
                 for standbys in (1, 0):
-                    say(f"run {repeat + 1}: assignor {assignor}, standby replicas {standbys}")
+                    say(f"run {repeat + 1}: assignor {assignor}, standby replicas {standbys}, "
+                        f"kill {args.victim}")
                     result = await one_run(broker, assignor, standbys, args, run_dir)
                     say(f"  {result}")
                     rows.append((assignor, standbys, result))
@@ -216,7 +224,7 @@ async def bench(args: argparse.Namespace) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="each kills the next worker")
     parser.add_argument("--rate", type=float, default=60.0, help="impressions per second")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of traffic before")
     parser.add_argument("--write", type=Path, help="also write the table to this file")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from app.interim_join import WindowedJoin
 from app.settings import from_env
+from app.state import PartitionState
 from app.traffic import Traffic
 from app.view import render_html
 from app.worker import _bootstrap
@@ -58,3 +60,19 @@ def test_html_view_renders_the_json_view() -> None:
     }
     html = render_html(view)
     assert "moved warm" in html and "c&lt;1&gt;" in html
+
+
+def test_interim_partition_state_survives_a_torn_local_file(tmp_path: Path) -> None:
+    path = tmp_path / "p0.jsonl"
+    state = PartitionState(0, path)
+    imp = {"event_id": "i1", "auction_id": "a", "campaign_id": "c", "ts": 1000}
+    click = {"event_id": "k1", "auction_id": "a", "ts": 1500}
+    state.apply(0, "left", imp)
+    assert len(state.apply(1, "right", click)) == 1
+    state.close()
+    with path.open("a") as handle:
+        handle.write('{"o": 2, "s": "le')  # a SIGKILL in the middle of a line
+    again = PartitionState(0, path)
+    assert again.load() == 2
+    assert (again.offset, again.joined) == (1, 1)
+    assert again.apply(1, "right", click) == []  # already applied: offsets are idempotent

@@ -1,0 +1,474 @@
+"""Chaos run: the reference app under SIGKILLs and broker stalls, judged record by record.
+
+    python -m app.chaos --events 1000000 --workers 4 --kills 20 --pauses 3
+
+Starts its own embedded broker (pausing a shared one would stall other runs),
+3-4 worker processes with standby replicas 1, and a producer of generated
+traffic (with duplicates and every kind of bad record). Meanwhile it SIGKILLs
+random workers and restarts them on their old data dirs, and SIGSTOPs the
+broker a few times. Then it waits until the group has committed every input
+offset and judges the output twice: here, against the join ids the generator
+knows it must produce (raw copies, distinct ids, copies that disagree), and with
+`python -m pipeline reconcile` against the batch reference join of the topics.
+Exit 0 when nothing is missing or spurious and every bad record is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import heapq
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from app.broker import EmbeddedBroker
+from app.cluster import REPO, WorkerProcess, covered, wait_for
+from app.settings import Settings, from_env
+from app.topics import create_topics
+
+DAY_MS = 24 * 3600 * 1000
+
+
+# -- traffic -------------------------------------------------------------------
+
+
+def bad_records(i: int, run: str, now: int) -> list[tuple[str, bytes | None, bytes | None]]:
+    """Every kind of bad input (docs/join-semantics.md), as (reason tag, key, value)."""
+    key = f"{run}-bad{i}"
+    good = {"event_id": f"{run}-x{i}", "auction_id": key, "campaign_id": "c", "ts": now}
+
+    def v(**changes: Any) -> bytes:
+        record = {**good, **changes}
+        return json.dumps({k: x for k, x in record.items() if x is not _DROP}).encode()
+
+    return [
+        ("malformed", key.encode(), b'{"event_id": "broken", "auction_id": '),
+        ("not-utf8", key.encode(), b"\xff\xfe{\x00"),
+        ("array", key.encode(), b"[1, 2, 3]"),
+        ("wrong-type", key.encode(), v(ts="soon")),
+        ("bool-ts", key.encode(), v(ts=True)),
+        ("missing-key", key.encode(), v(campaign_id=_DROP)),
+        ("null-key", key.encode(), v(auction_id=None)),
+        ("empty-key", b"", v(auction_id="")),
+        ("key-mismatch", key.encode(), v(auction_id=key + "-other")),
+        ("oversized", key.encode(), v(campaign_id="x" * (70 * 1024))),
+        ("past", key.encode(), v(ts=now - 8 * DAY_MS)),
+        ("future", key.encode(), v(ts=now + 2 * DAY_MS)),
+        ("null-value", key.encode(), None),
+    ]
+
+
+_DROP = object()
+
+
+@dataclasses.dataclass
+class Generator:
+    """Impressions, clicks 1-5 s later (sent when event time reaches them), duplicates, bad.
+
+    Event time advances `per_ms` auctions a millisecond from the wall clock at the
+    start, so a consumer reading one topic far ahead of the other (a fetch
+    batch) stays well inside the join's 60 s grace: no record is late.
+    """
+
+    impressions: str
+    clicks: str
+    run: str
+    ctr: float = 0.5
+    duplicate_every: int = 40
+    bad_every: int = 50
+    per_ms: int = 5
+    seed: int = 7
+    start_ms: int = dataclasses.field(default_factory=lambda: int(time.time() * 1000))
+    expected: set[str] = dataclasses.field(default_factory=set)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+        self._pending: list[tuple[int, str, bytes]] = []  # (ts, key, value) of clicks
+        self._bad_kinds = 0
+
+    def _count(self, kind: str, n: int = 1) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
+    def step(self, i: int) -> list[tuple[str, bytes | None, bytes | None]]:
+        """Records for auction `i`: due clicks, its impression, maybe a duplicate or a bad one."""
+        ts = self.start_ms + i // self.per_ms
+        out = self._due_clicks(ts)
+        auction = f"{self.run}-a{i}"
+        imp = {"event_id": f"{self.run}-i{i}", "auction_id": auction,
+               "campaign_id": f"campaign-{i % 5}", "ts": ts}  # fmt: skip
+        out.append((self.impressions, auction.encode(), json.dumps(imp).encode()))
+        self._count("impressions")
+        if self._random.random() < self.ctr:
+            click = {"event_id": f"{self.run}-c{i}", "auction_id": auction,
+                     "ts": ts + self._random.randint(1, 5000)}  # fmt: skip
+            heapq.heappush(self._pending, (click["ts"], auction, json.dumps(click).encode()))
+            self.expected.add(f"{self.run}-i{i}|{self.run}-c{i}")
+        if self.duplicate_every and i % self.duplicate_every == 0:
+            out.append(out[-1])
+            self._count("duplicates")
+        if self.bad_every and i % self.bad_every == self.bad_every - 1:
+            out.append(self._bad(i, ts))
+        return out
+
+    def _bad(self, i: int, ts: int) -> tuple[str, bytes | None, bytes | None]:
+        kinds = bad_records(i, self.run, ts)
+        kind, key, value = kinds[self._bad_kinds % len(kinds)]
+        self._bad_kinds += 1
+        self._count("bad")
+        self._count(f"bad:{kind}")
+        topic = self.clicks if self._bad_kinds % 2 else self.impressions
+        return topic, key, value
+
+    def _due_clicks(self, now_ts: int) -> list[tuple[str, bytes | None, bytes | None]]:
+        out: list[tuple[str, bytes | None, bytes | None]] = []
+        while self._pending and self._pending[0][0] <= now_ts:
+            _, key, value = heapq.heappop(self._pending)
+            out.append((self.clicks, key.encode(), value))
+            self._count("clicks")
+        return out
+
+    def flush(self) -> list[tuple[str, bytes | None, bytes | None]]:
+        return self._due_clicks(sys.maxsize)
+
+
+async def produce(bootstrap: str, gen: Generator, events: int, rate: float | None) -> int:
+    """Send about `events` records (at `rate` a second if given); returns how many."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5,
+                                max_request_size=2 * 1024 * 1024, request_timeout_ms=60000)  # fmt: skip
+    await producer.start()
+    sent, i, began = 0, 0, time.monotonic()
+    try:
+        while sent < events:
+            for topic, key, value in gen.step(i):
+                await producer.send(topic, value, key=key)
+                sent += 1
+            i += 1
+            if rate and (ahead := began + sent / rate - time.monotonic()) > 0:
+                await asyncio.sleep(ahead)
+        for topic, key, value in gen.flush():
+            await producer.send(topic, value, key=key)
+            sent += 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return sent
+
+
+# -- chaos ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Chaos:
+    broker: EmbeddedBroker
+    workers: list[WorkerProcess]
+    rng: random.Random
+    log: Callable[[str], None]
+    kills: int = 0
+    pauses: int = 0
+    paused_s: float = 0.0
+
+    def kill_one(self, down_max_s: float) -> None:
+        """SIGKILL a random live worker; restart it on its old data dir after a while."""
+        victim = self.rng.choice([w for w in self.workers if w.alive])
+        victim.kill()
+        self.kills += 1
+        self.log(f"kill #{self.kills}: {victim.name} (SIGKILL)")
+        time.sleep(self.rng.uniform(0.0, down_max_s))
+        victim.start()
+
+    def pause_broker(self, seconds: float) -> None:
+        """SIGSTOP the broker for `seconds` (longer than the session: members time out)."""
+        self.broker.pause()
+        try:
+            time.sleep(seconds)
+        finally:
+            self.broker.resume()
+        self.pauses += 1
+        self.paused_s += seconds
+        self.log(f"pause #{self.pauses}: broker stopped for {seconds:.1f} s")
+
+    def run(self, kills: int, pauses: int, gap: tuple[float, float], down_max_s: float,
+            pause_s: tuple[float, float]) -> None:  # fmt: skip
+        """`kills` kills, with `pauses` broker stalls spread among them."""
+        pause_at = set(self.rng.sample(range(kills), min(pauses, kills)))
+        for n in range(kills):
+            time.sleep(self.rng.uniform(*gap))
+            self.kill_one(down_max_s)
+            if n in pause_at:
+                time.sleep(self.rng.uniform(*gap))
+                self.pause_broker(self.rng.uniform(*pause_s))
+
+
+# -- drain and judge -----------------------------------------------------------
+
+
+async def highwaters(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """End offsets from fetch responses (ListOffsets is short on tansu)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            await consumer.getmany(timeout_ms=200, max_records=1)
+            if all(consumer.highwater(tp) is not None for tp in tps):
+                return {tp.partition: int(consumer.highwater(tp) or 0) for tp in tps}
+    finally:
+        await consumer.stop()
+    raise TimeoutError(f"no high watermark for every partition of {topic}")
+
+
+async def committed(bootstrap: str, group: str, topics: list[str], partitions: int) -> dict:
+    """The group's committed offsets (partitions listed: tansu cannot answer without)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+        found = await admin.list_consumer_group_offsets(group, partitions=tps)
+        return {(tp.topic, tp.partition): meta.offset for tp, meta in found.items()}
+    finally:
+        await admin.close()
+
+
+async def backlog(bootstrap: str, settings: Settings) -> int:
+    """Input records the group has not committed yet."""
+    topics, n = [settings.impressions, settings.clicks], settings.partitions
+    done = await committed(bootstrap, settings.app_id, topics, n)
+    left = 0
+    for topic in topics:
+        for p, high in (await highwaters(bootstrap, topic, n)).items():
+            left += max(0, high - max(0, done.get((topic, p), 0)))
+    return left
+
+
+async def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    """Every record value of `topic`, up to the high watermarks."""
+    ends = await highwaters(bootstrap, topic, partitions)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, max_partition_fetch_bytes=4 << 20)
+    await consumer.start()
+    values: list[bytes] = []
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and any(
+            await consumer.position(tp) < ends[tp.partition] for tp in tps
+        ):
+            batch = await consumer.getmany(timeout_ms=500, max_records=10000)
+            values.extend(r.value or b"" for records in batch.values() for r in records)
+    finally:
+        await consumer.stop()
+    return values
+
+
+def judge_output(values: list[bytes], expected: set[str]) -> dict[str, int]:
+    """Raw copies, distinct join ids, lost/spurious against the generator, disagreeing copies."""
+    first: dict[str, bytes] = {}
+    unreadable = disagree = 0
+    for value in values:
+        try:
+            join_id = json.loads(value)["join_id"]
+        except (ValueError, KeyError, TypeError):
+            unreadable += 1
+            continue
+        if first.setdefault(join_id, value) != value:
+            disagree += 1  # a re-emitted result must be byte-for-byte the same result
+    ids = set(first)
+    return {
+        "expected": len(expected),
+        "raw_records": len(values),
+        "distinct_join_ids": len(ids),
+        "raw_duplicates": len(values) - unreadable - len(ids),
+        "lost": len(expected - ids),
+        "spurious": len(ids - expected),
+        "copies_that_disagree": disagree,
+        "unreadable": unreadable,
+        "deduped_records": len(ids),
+    }
+
+
+def judge_dead_letters(values: list[bytes], gen: Generator) -> dict[str, Any]:
+    """Each bad record the generator sent is in the dead-letter topic (once or more)."""
+    letters = [json.loads(v) for v in values]
+    keyed = {(x["topic"], x["partition"], x["offset"]) for x in letters}
+    reasons: dict[str, int] = {}
+    for letter in letters:
+        reason = letter["reason"].split(":")[0].split(" of ")[0]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    bad = gen.counts.get("bad", 0)
+    return {"bad_sent": bad, "letters": len(letters), "distinct_letters": len(keyed),
+            "missing_letters": max(0, bad - len(keyed)), "reasons": reasons}  # fmt: skip
+
+
+def reconcile(bootstrap: str, s: Settings, now_ms: int, out: Path) -> dict[str, Any]:
+    """`python -m pipeline reconcile` over the topics; duplicates allowed (at-least-once)."""
+    cmd = [sys.executable, "-m", "pipeline", "reconcile", "--output-topic", s.joins,
+           "--bootstrap", bootstrap, "--impressions-topic", s.impressions,
+           "--clicks-topic", s.clicks, "--now-ms", str(now_ms), "--allow-duplicates",
+           "--json", str(out), "--master", "local[2]"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    print(done.stdout, flush=True)
+    report: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    return {"exit": done.returncode, "totals": report.get("totals"), "ok": report.get("ok"),
+            "unreadable": report.get("unreadable"), "stderr_tail": done.stderr[-2000:]}  # fmt: skip
+
+
+# -- the run -------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m app.chaos", description=__doc__.split("\n")[0])
+    p.add_argument("--events", type=int, default=1_000_000, help="input records (default 1M)")
+    p.add_argument("--rate", type=float, default=0, help="records/s to produce (0: as fast)")
+    p.add_argument("--workers", type=int, default=4, help="worker processes (3 or 4)")
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--standby-replicas", type=int, default=1)
+    p.add_argument("--kills", type=int, default=20, help="SIGKILLs (each followed by a restart)")
+    p.add_argument("--pauses", type=int, default=3, help="broker SIGSTOP/SIGCONT stalls")
+    p.add_argument("--gap", type=float, nargs=2, default=(3.0, 10.0), help="s between faults")
+    p.add_argument("--down", type=float, default=4.0, help="max s a killed worker stays down")
+    p.add_argument("--pause-s", type=float, nargs=2, default=(1.0, 5.0), help="stall length")
+    p.add_argument("--drain-timeout", type=float, default=3600)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--run-dir", type=Path, default=None, help="logs, data dirs, report")
+    p.add_argument("--no-reconcile", action="store_true", help="skip the Spark judge")
+    p.add_argument("--json", type=Path, help="write the figures here too")
+    return p
+
+
+def _settings(run: str, partitions: int) -> Settings:
+    return dataclasses.replace(from_env(), app_id=f"tandem-chaos-{run}",
+                               topic_prefix=f"c{run}-", partitions=partitions)  # fmt: skip
+
+
+def _workers(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, run_dir: Path,
+             ) -> list[WorkerProcess]:  # fmt: skip
+    return [
+        WorkerProcess(f"w{i}", f"host-{i}", f"rack-{i % 2}", broker.bootstrap, s.app_id, run_dir,
+                      standby_replicas=args.standby_replicas, partitions=s.partitions,
+                      topic_prefix=s.topic_prefix)  # fmt: skip
+        for i in range(args.workers)
+    ]
+
+
+def _log(began: float) -> Callable[[str], None]:
+    return lambda text: print(f"[{time.monotonic() - began:7.1f} s] {text}", flush=True)
+
+
+def _drain(bootstrap: str, s: Settings, workers: list[WorkerProcess], timeout: float,
+           log: Callable[[str], None]) -> float:  # fmt: skip
+    """Wait until every worker is back and the group committed every input offset."""
+    began = time.monotonic()
+    last = [-1]
+
+    def drained() -> bool:
+        left = asyncio.run(backlog(bootstrap, s))
+        if left != last[0]:
+            log(f"drain: {left:,} input records not committed yet")
+            last[0] = left
+        return left == 0 and covered(workers, s.partitions)
+
+    if not wait_for(drained, timeout, interval=5.0):
+        raise TimeoutError(f"not drained within {timeout} s")
+    return time.monotonic() - began
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    began = time.monotonic()
+    log, rng, run_id = _log(began), random.Random(args.seed), uuid.uuid4().hex[:8]
+    run_dir = args.run_dir or Path("/tmp") / f"tandem-chaos-{run_id}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with EmbeddedBroker(log_dir=run_dir) as broker:
+        s = _settings(run_id, args.partitions)
+        asyncio.run(create_topics(broker.bootstrap, s))
+        workers = _workers(args, broker, s, run_dir)
+        try:
+            return _run(args, broker, s, workers, rng, log, run_dir, began)
+        finally:
+            for worker in workers:
+                worker.kill()
+
+
+def _run(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings,
+         workers: list[WorkerProcess], rng: random.Random, log: Callable[[str], None],
+         run_dir: Path, began: float) -> dict[str, Any]:  # fmt: skip
+    log(f"broker {broker.bootstrap} (pid {broker.pid}); {len(workers)} workers; run dir {run_dir}")
+    for worker in workers:
+        worker.start()
+    if not wait_for(lambda: covered(workers, s.partitions), 180):
+        raise TimeoutError(f"the group did not form within 180 s; logs in {run_dir}")
+    log("group formed: every partition covered")
+    gen = Generator(s.impressions, s.clicks, s.app_id, seed=args.seed)
+    sent: list[int] = []
+    producer = threading.Thread(target=lambda: sent.append(
+        asyncio.run(produce(broker.bootstrap, gen, args.events, args.rate or None))))
+    producer.start()
+    chaos = Chaos(broker, workers, rng, log)
+    chaos.run(args.kills, args.pauses, tuple(args.gap), args.down, tuple(args.pause_s))
+    producer.join(timeout=args.drain_timeout)
+    assert sent, "the producer did not finish"
+    log(f"chaos done ({chaos.kills} kills, {chaos.pauses} pauses); produced {sent[0]:,}")
+    drain_s = _drain(broker.bootstrap, s, workers, args.drain_timeout, log)
+    log(f"drained in {drain_s:.0f} s after the last fault")
+    return _judge(args, broker, s, gen, chaos, sent[0], run_dir, began, log)
+
+
+def _judge(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, gen: Generator,
+           chaos: Chaos, sent: int, run_dir: Path, began: float,
+           log: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+    output = asyncio.run(read_all(broker.bootstrap, s.joins, s.partitions))
+    letters = asyncio.run(read_all(broker.bootstrap, s.dead_letters, s.partitions))
+    figures: dict[str, Any] = {
+        "events": sent, "workers": len(chaos.workers), "partitions": s.partitions,
+        "standby_replicas": args.standby_replicas, "kills": chaos.kills,
+        "broker_pauses": chaos.pauses, "broker_paused_s": round(chaos.paused_s, 1),
+        "generated": gen.counts, "output": judge_output(output, gen.expected),
+        "dead_letters": judge_dead_letters(letters, gen),
+    }  # fmt: skip
+    log(f"output: {json.dumps(figures['output'])}")
+    log(f"dead letters: {json.dumps(figures['dead_letters'])}")
+    if not args.no_reconcile:
+        figures["reconcile"] = reconcile(broker.bootstrap, s, gen.start_ms, run_dir / "reconcile.json")
+        log(f"reconcile: exit {figures['reconcile']['exit']}, {figures['reconcile']['totals']}")
+    figures["seconds"] = round(time.monotonic() - began, 1)
+    figures["ok"] = ok(figures)
+    return figures
+
+
+def ok(figures: dict[str, Any]) -> bool:
+    out, dl = figures["output"], figures["dead_letters"]
+    judged = figures.get("reconcile")
+    return (out["lost"] == out["spurious"] == out["copies_that_disagree"] == out["unreadable"] == 0
+            and dl["missing_letters"] == 0 and (judged is None or judged["exit"] == 0))  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    figures = run(args)
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text)
+    return 0 if figures["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
