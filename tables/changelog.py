@@ -9,6 +9,7 @@
     ...send results to the output topic, await the acks...   # 2. results first
     await tables.commit(0)                     # 3. changelog, then state + offset in one batch
     tables.local_offsets()                     # {partition: last changelog offset on disk}
+    tables.changelog_offsets()                 # {changelog topic: local_offsets()}: assignor
     await tables.close()                       # files stay for the next owner on this disk
 
 Partition p of the changelog belongs to task p (same number as the inputs).
@@ -183,6 +184,11 @@ class JoinTables:
             if checkpoint is not None:
                 offsets[partition] = checkpoint
         return offsets
+
+    def changelog_offsets(self) -> dict[str, dict[int, int]]:
+        """`local_offsets()` keyed by changelog topic: the shape the assignor's wire format
+        reports (`assignor.faust_adapter.install(app, local_offsets=tables.changelog_offsets)`)."""
+        return {self.changelog_topic: self.local_offsets()}
 
     def assigned(self) -> dict[int, str]:
         """Partition -> "active" or "standby"."""

@@ -70,6 +70,7 @@ async def test_rebalance_that_keeps_a_partition_replays_nothing(
 
     restarted = tables_at(broker, topic, tmp_path)
     assert restarted.local_offsets() == offsets  # known before any assignment, for the assignor
+    assert restarted.changelog_offsets() == {topic: offsets}
     await restarted.start()
     await restarted.on_assignment({0, 1}, set())
     assert restarted.replayed == {0: 0, 1: 0}
