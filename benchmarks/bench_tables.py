@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import json
 import random
 import shutil
@@ -53,17 +54,23 @@ def dir_mb(path: Path) -> float:
 
 
 def ad_events(impressions: int, seed: int = 1) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Impressions 10 ms apart; 60 % get a click within the window, a few out of order."""
+    """Impressions 10 ms apart; 60 % get a click up to 5 min later. Events arrive in
+    time order, up to 2 s out of order (within the default 1 min grace)."""
     rng = random.Random(seed)
+    clicks: list[tuple[int, int, dict[str, Any]]] = []  # (arrival, n, click)
     for n in range(impressions):
         auction, ts = f"auction-{n}", BASE_TS + n * 10
+        while clicks and clicks[0][0] <= ts:
+            yield "right", heapq.heappop(clicks)[2]
         yield (
             "left",
             {"event_id": f"i{n}", "auction_id": auction, "campaign_id": f"c{n % 97}", "ts": ts},
         )
         if rng.random() < 0.6:
-            click_ts = ts + rng.randint(-2_000, 300_000)  # some clicks precede their impression
-            yield "right", {"event_id": f"k{n}", "auction_id": auction, "ts": click_ts}
+            click = {"event_id": f"k{n}", "auction_id": auction, "ts": ts + rng.randint(0, 300_000)}
+            heapq.heappush(clicks, (click["ts"] + rng.randint(0, 2_000), n, click))
+    while clicks:
+        yield "right", heapq.heappop(clicks)[2]
 
 
 # -- throughput ---------------------------------------------------------------------
