@@ -20,9 +20,11 @@ pytestmark = pytest.mark.broker
 WINDOW = JoinWindow(before=0, after=1000, grace=10**7)
 
 
-def tables_at(broker: EmbeddedBroker, topic: str, data_dir: Path) -> JoinTables:
+def tables_at(
+    broker: EmbeddedBroker, topic: str, data_dir: Path, window: JoinWindow = WINDOW
+) -> JoinTables:
     return JoinTables(
-        broker.bootstrap, topic, data_dir, table="joins", window=WINDOW, join_type=JoinType.LEFT
+        broker.bootstrap, topic, data_dir, table="joins", window=window, join_type=JoinType.LEFT
     )
 
 
@@ -186,3 +188,36 @@ async def test_files_ahead_of_their_changelog_are_rebuilt(
     assert reader.operator(0).stream_time is None
     assert reader.local_offsets() == {}
     await reader.close()
+
+
+async def test_promoted_standby_emits_each_unmatched_record_once(
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    """What the old owner emitted is not emitted again; what was not yet due is, once."""
+    topic = f"cl-{unique}"
+    await create_changelog_topic(broker.bootstrap, topic, 1)
+    window = JoinWindow(before=0, after=100, grace=10)
+    active = tables_at(broker, topic, tmp_path / "a", window)
+    standby = tables_at(broker, topic, tmp_path / "b", window)
+    await active.start()
+    await standby.start()
+    await active.on_assignment({0}, set())
+    await standby.on_assignment(set(), {0})
+
+    def impression(event_id: str, ts: int) -> dict[str, Any]:
+        return {"event_id": event_id, "auction_id": event_id, "campaign_id": "c", "ts": ts}
+
+    join = active.operator(0)
+    assert join.process("left", impression("i1", 1000)) == []
+    assert join.process("left", impression("i2", 1100)) == []
+    emitted = join.process("left", impression("i3", 1111))  # passes i1's 1000 + 100 + 10
+    assert [r["join_id"] for r in emitted] == ["i1|"]
+    checkpoint = await active.commit(0)
+    await wait_until(lambda: standby.local_offsets().get(0) == checkpoint)
+
+    await active.on_assignment(set(), set())
+    await standby.on_assignment({0}, set())
+    emitted = standby.operator(0).process("left", impression("i4", 1300))
+    assert sorted(r["join_id"] for r in emitted) == ["i2|", "i3|"]
+    await active.close()
+    await standby.close()
