@@ -246,6 +246,22 @@ class WindowedJoin:
         setattr(self, name, value)
         self._set_meta(name, value)
 
+    def add_counter(self, name: str, delta: int = 1) -> int:
+        """Add to a named counter kept with the state and its changelog (e.g. per-campaign
+        totals): committed, restored and handed over exactly like the join state."""
+        value = (self._meta(f"count:{name}") or 0) + delta
+        self._set_meta(f"count:{name}", value)
+        return value
+
+    def counters(self, prefix: str = "") -> dict[str, int]:
+        """Named counters whose name starts with `prefix`."""
+        start = keys.meta_key("count:")
+        lo = keys.meta_key(f"count:{prefix}")
+        return {
+            key[len(start) :].decode(): keys.decode_int(value)
+            for key, value in self.state.scan(lo, lo + b"\xff")  # no 0xff byte in UTF-8
+        }
+
     def set_input_offset(self, topic: str, next_offset: int) -> None:
         """Record how far the input is processed, atomically with the state it produced."""
         self._set_meta(f"in:{topic}", next_offset)

@@ -25,7 +25,7 @@ EXPIRY = b"x"
 UNMATCHED = b"u"
 META = b"m:"
 # Looked up by exact key only, never range-scanned (see kv.Overlay).
-POINT_ONLY = (EVENT, META)
+POINT_ONLY = (EVENT,)
 
 SIDE_BYTE: dict[Side, bytes] = {"left": b"L", "right": b"R"}
 BYTE_SIDE: dict[int, Side] = {ord("L"): "left", ord("R"): "right"}

@@ -123,6 +123,9 @@ async def test_standby_tails_and_is_promoted_without_replay(
     active.operator(0).process(
         "left", {"event_id": "i-open", "auction_id": "open", "campaign_id": "c", "ts": 1_000_200}
     )
+    active.operator(0).add_counter("clicks:c7", 2)
+    active.operator(0).add_counter("clicks:c8")
+    assert active.operator(0).counters("clicks:") == {"clicks:c7": 2, "clicks:c8": 1}
     checkpoint = await active.commit(0)
     await wait_until(lambda: standby.local_offsets().get(0) == checkpoint)
     assert standby.assigned() == {0: "standby"}
@@ -134,6 +137,7 @@ async def test_standby_tails_and_is_promoted_without_replay(
     (result,) = join.process("right", {"event_id": "k-open", "auction_id": "open", "ts": 1_000_300})
     assert result["join_id"] == "i-open|k-open"
     assert join.stream_time == 1_000_300
+    assert join.counters() == {"clicks:c7": 2, "clicks:c8": 1}  # counters travel with the state
     await standby.commit(0)
     await active.close()
     await standby.close()
