@@ -38,6 +38,7 @@ class WorkerProcess:
     state: str = "tables"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    stopped: bool = False  # by us: kill() or stop()
 
     @property
     def data_dir(self) -> Path:
@@ -71,6 +72,7 @@ class WorkerProcess:
         }
 
     def start(self) -> WorkerProcess:
+        self.stopped = False
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -90,6 +92,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no goodbye to the group, no flush."""
+        self.stopped = True
         if self.alive:
             assert self.process is not None
             os.kill(self.process.pid, signal.SIGKILL)
@@ -97,6 +100,7 @@ class WorkerProcess:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Clean stop (SIGTERM), SIGKILL if it lingers past `timeout`."""
+        self.stopped = True
         if not self.alive:
             return
         assert self.process is not None
@@ -105,6 +109,12 @@ class WorkerProcess:
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+
+    def check(self) -> None:
+        """Raise, with the end of its log, if the worker exited without being stopped."""
+        if self.process is not None and not self.stopped and self.process.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{tail}")
 
     def view(self, timeout: float = 2.0) -> dict[str, Any] | None:
         """The worker's JSON view, or None while it does not answer."""
@@ -129,6 +139,8 @@ def views(workers: list[WorkerProcess]) -> dict[str, dict[str, Any] | None]:
 
 def covered(workers: list[WorkerProcess], partitions: int) -> bool:
     """Every partition is active on exactly one live worker, and restored there."""
+    for worker in workers:
+        worker.check()
     owners: list[int] = []
     for view in views(workers).values():
         if view is None:

@@ -14,6 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
 from app.state import Emit, Rebalance
 from tables import keys
 from tables.changelog import JoinTables
@@ -39,9 +42,26 @@ class TablesState:
         self.rebalance = Rebalance()
         self.total_replayed = 0
         self._ready: dict[int, asyncio.Event] = {}
+        self._ends: dict[int, int] = {}  # changelog end offsets of the standbys, for the view
+        self._bootstrap = bootstrap
+        self._offsets: AIOKafkaConsumer | None = None  # made in start(): needs the loop
 
     async def start(self) -> None:
         await self.tables.start()
+        self._offsets = AIOKafkaConsumer(bootstrap_servers=self._bootstrap)
+        await self._offsets.start()
+
+    async def refresh_lag(self) -> None:
+        """Fetch the standbys' changelog end offsets (ListOffsets: on the embedded broker
+        it can be short by one batch, so the standby lag shown may read low)."""
+        tps = [TopicPartition(self.changelog, p) for p in sorted(self.standby)]
+        if not tps or self._offsets is None:
+            return
+        try:
+            ends = await asyncio.wait_for(self._offsets.end_offsets(tps), 2.0)
+        except (TimeoutError, KafkaError):
+            return
+        self._ends = {tp.partition: int(end) for tp, end in ends.items()}
 
     def rebalance_started(self) -> None:
         self.rebalance = Rebalance()
@@ -97,7 +117,11 @@ class TablesState:
         return self.tables.local_offsets()
 
     def lag(self, partition: int) -> int | None:
-        return None  # JoinTables does not expose its standby consumer's high watermark yet
+        """Changelog records a standby has not applied yet (from the last refresh_lag)."""
+        end = self._ends.get(partition)
+        if end is None:
+            return None
+        return max(0, end - 1 - self.tables.local_offsets().get(partition, -1))
 
     def late(self) -> int:
         return sum(self.tables.operator(p).late for p in self.active if self._is_ready(p))
@@ -121,6 +145,8 @@ class TablesState:
         return partition in self.active and (event is None or event.is_set())
 
     async def close(self) -> None:
+        if self._offsets is not None:
+            await self._offsets.stop()
         await self.tables.close()
 
 

@@ -238,6 +238,9 @@ class StateManager:
                 offsets[partition] = _last_offset(path)
         return offsets
 
+    async def refresh_lag(self) -> None:
+        """Nothing to fetch: the follower's consumer knows its high watermarks."""
+
     def lag(self, partition: int) -> int | None:
         """Changelog records not yet applied here (standbys and restoring actives)."""
         if self._consumer is None or partition not in self.states:

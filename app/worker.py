@@ -36,6 +36,13 @@ class Worker:
         self.dead_letters = 0
         self.outputs = 0
         self.rebalances = 0
+        # Read by the assignor on the consumer's thread at every JoinGroup: a cached
+        # value, replaced whole (thread-safe), refreshed on the event loop.
+        self.local_offsets: dict[str, dict[int, int]] = {}
+        self.refresh_local_offsets()
+
+    def refresh_local_offsets(self) -> None:
+        self.local_offsets = {self.settings.changelog: dict(self.state.local_offsets())}
 
     async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> int:
         metadata = await self.app.producer.send_and_wait(topic, key, value, partition, None, None)
@@ -95,6 +102,7 @@ class Worker:
         topics = {s.impressions, s.clicks, s.changelog}
         standby = {tp.partition for tp in self.app.assignor.assigned_standbys() if tp.topic in topics}
         await self.state.on_assignment(active, standby)
+        self.refresh_local_offsets()
 
     def view(self) -> dict[str, Any]:
         """This worker's view of the group (JSON of /tandem/)."""
@@ -207,7 +215,11 @@ def _install_tandem(app: faust.App, worker: Worker, settings: Settings) -> None:
     from assignor.faust_adapter import declare_join, install
 
     declare_join(app, topics=[settings.impressions, settings.clicks], changelog=settings.changelog)
-    install(app, local_offsets=lambda: {settings.changelog: worker.state.local_offsets()})
+    install(app, local_offsets=lambda: worker.local_offsets)
+
+    @app.timer(interval=2.0)
+    async def refresh_local_offsets() -> None:
+        worker.refresh_local_offsets()
 
 
 def _faust_settings(settings: Settings) -> dict[str, Any]:
@@ -255,8 +267,10 @@ def _register(app: faust.App, worker: Worker, settings: Settings) -> None:
 
     @app.page("/tandem/")
     async def status(web: View, request: Request) -> Response:
+        await worker.state.refresh_lag()
         return web.json(worker.view())
 
     @app.page("/tandem/html")
     async def status_html(web: View, request: Request) -> Response:
+        await worker.state.refresh_lag()
         return web.html(render_html(worker.view()))
