@@ -46,7 +46,12 @@ class Cluster:
         return [w for w in self.workers if w.alive]
 
     def wait_covered(self, timeout: float = 60) -> None:
-        ok = wait_for(lambda: covered(self.live(), PARTITIONS), timeout)
+        def done() -> bool:
+            for worker in self.workers:
+                worker.check()  # a crashed worker fails now, with its log
+            return covered(self.live(), PARTITIONS)
+
+        ok = wait_for(done, timeout)
         assert ok, f"partitions not covered within {timeout} s; logs in {self.run_dir}"
 
     def send(self, traffic: Traffic, count: int, rate: float = 200.0) -> Traffic:
