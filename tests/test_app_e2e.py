@@ -54,11 +54,12 @@ def test_copartitioned_on_the_wire_and_the_view(
         assert "<table>" in html and "moved warm" in html and "w1" in html
 
 
+@pytest.mark.parametrize("state", ["tables", "interim"])
 def test_sigkill_survivors_take_over_and_nothing_is_lost(
-    broker: EmbeddedBroker, unique: str, tmp_path: Path
+    broker: EmbeddedBroker, unique: str, tmp_path: Path, state: str
 ) -> None:
     with cluster(broker, unique, tmp_path) as c:
-        workers = [c.worker(f"w{i}", f"host-{i % 2}").start() for i in range(3)]
+        workers = [c.worker(f"w{i}", f"host-{i % 2}", state=state).start() for i in range(3)]
         c.wait_covered()
         traffic = c.traffic(unique)
         c.send(traffic, 300)
