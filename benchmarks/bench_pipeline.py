@@ -38,7 +38,9 @@ from pipeline.spark import session  # noqa: E402
 PARTITIONS = 4
 
 
-def bench_join(spark: object, impressions: int, workdir: Path, cores: int) -> list[str]:
+def bench_join(
+    spark: object, impressions: int, workdir: Path, cores: int, kinds: list[str]
+) -> list[str]:
     cfg = TrafficConfig(impressions=impressions, partitions=8, start_ms=1_700_000_000_000)
     data = workdir / "traffic"
     began = time.monotonic()
@@ -48,7 +50,7 @@ def bench_join(spark: object, impressions: int, workdir: Path, cores: int) -> li
     print(f"bench: generated {counts} in {generated:.1f} s", flush=True)
     lines = [f"| generate | {total:,} records | {generated:.1f} s | "
              f"{total / generated / cores:,.0f} |"]  # fmt: skip
-    for kind in ("inner", "left"):
+    for kind in kinds:
         output = reference_join(load_parquet(spark, str(data)), JoinParams(kind=kind))  # type: ignore[arg-type]
         began = time.monotonic()
         output.results.write.format("noop").mode("overwrite").save()
@@ -92,7 +94,7 @@ async def plain_consumer(bootstrap: str, topic: str, ends: dict[str, tuple[int, 
         goal = {tp: ends[f"{topic}:{tp.partition}"][1] for tp in tps}
         seen = 0
         deadline = time.monotonic() + 600
-        while any(await consumer.position(tp) < goal[tp] for tp in tps):
+        while [tp for tp in tps if await consumer.position(tp) < goal[tp]]:
             if time.monotonic() > deadline:
                 raise TimeoutError("plain consumer did not reach the end")
             batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
@@ -141,6 +143,7 @@ def main() -> int:
     parser.add_argument("--source-records", type=int, default=500_000)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--report", type=Path, help="write the Markdown results here")
+    parser.add_argument("--kinds", default="inner,left", help="join kinds to time")
     parser.add_argument("--skip-join", action="store_true")
     parser.add_argument("--skip-source", action="store_true")
     args = parser.parse_args()
@@ -149,23 +152,33 @@ def main() -> int:
     report = [
         f"Command: `python benchmarks/bench_pipeline.py {shlex.join(sys.argv[1:])}`",
         f"Machine: {os.cpu_count()} cores, Spark {spark.version} `{args.master}` "
-        f"({cores} cores used), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"({cores} cores used), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"load average at the start {os.getloadavg()[0]:.1f} (1 min)",
         "",
     ]
     with tempfile.TemporaryDirectory(prefix="tandem-bench-") as tmp:
-        if not args.skip_join:
-            report += ["| run | input | time | records/s per core |", "|---|---|---|---|"]
-            report += bench_join(spark, args.impressions, Path(tmp), cores)
-            report.append("")
         if not args.skip_source:
             report += ["| reader | records | time | records/s |", "|---|---|---|---|"]
             report += bench_source(spark, args.source_records)
-    text = "\n".join(report) + "\n"
-    print(text)
-    if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(text)
+            report.append("")
+            save(report, args.report)
+        if not args.skip_join:
+            report += ["| run | input | time | records/s per core |", "|---|---|---|---|"]
+            kinds = args.kinds.split(",")
+            report += bench_join(spark, args.impressions, Path(tmp), cores, kinds)
+            report.append("")
+    report.append(f"Load average at the end: {os.getloadavg()[0]:.1f} (1 min)")
+    print(save(report, args.report))
     return 0
+
+
+def save(lines: list[str], path: Path | None) -> str:
+    """Write what is measured so far (a long run keeps its first results if cut short)."""
+    text = "\n".join(lines) + "\n"
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -216,3 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = generate(spark, cfg, args.out)
     print(f"generate: wrote {counts} in {time.monotonic() - began:.1f} s", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,6 +20,7 @@ stream (docs/join-semantics.md), computed in bulk instead of record by record
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -316,3 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<16} {value:>12,}")
     print(f"join: done in {time.monotonic() - began:.1f} s", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 from pathlib import Path
 
@@ -19,8 +20,6 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from pipeline.generate import read_meta
-
-TOPICS = {"impressions": "impressions", "clicks": "clicks"}
 
 
 def load_in_arrival_order(path: Path) -> list[dict[str, object]]:
@@ -103,3 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     count = asyncio.run(produce(args.bootstrap, args.input, topics))
     print(f"produce: {count:,} records in {time.monotonic() - began:.1f} s", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

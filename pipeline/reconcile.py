@@ -195,3 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
     return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

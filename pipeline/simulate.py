@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -396,3 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simulate: done in {time.monotonic() - began:.1f} s; see {args.out}/summary.md "
           f"and {args.out}/simulate.png", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
