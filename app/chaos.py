@@ -269,14 +269,20 @@ async def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
         for tp in tps:
             consumer.seek(tp, 0)
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and any(
-            await consumer.position(tp) < ends[tp.partition] for tp in tps
-        ):
+        while time.monotonic() < deadline and await _behind(consumer, tps, ends):
             batch = await consumer.getmany(timeout_ms=500, max_records=10000)
             values.extend(r.value or b"" for records in batch.values() for r in records)
     finally:
         await consumer.stop()
     return values
+
+
+async def _behind(consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: dict[int, int]
+                  ) -> bool:  # fmt: skip
+    for tp in tps:
+        if await consumer.position(tp) < ends[tp.partition]:
+            return True
+    return False
 
 
 def judge_output(values: list[bytes], expected: set[str]) -> dict[str, int]:
