@@ -141,3 +141,16 @@ def test_stream_with_the_legacy_latest_offset_form(
 ) -> None:
     count, batches = _stream_all(spark, broker.bootstrap, filled, "legacy")
     assert count == COUNT and batches == 1  # latestOffset() has no limit: one batch
+
+
+def test_end_offsets_of_empty_and_single_key_partitions(broker: EmbeddedBroker, unique: str) -> None:
+    topic = f"sparse-{unique}"
+    asyncio.run(create_topics(broker.bootstrap, [topic], 3))
+    assert {end for _, end in offsets(broker.bootstrap, [topic], timeout=20).values()} == {0}
+    asyncio.run(produce_values(broker.bootstrap, topic, [(b"one-key", b"v")] * 5))
+    parts = list(range(3))
+    busy = DefaultPartitioner()(b"one-key", parts, parts)
+    ends = offsets(broker.bootstrap, [topic], timeout=20)
+    assert {tp: end for tp, (_, end) in ends.items()} == {
+        f"{topic}:{p}": 5 if p == busy else 0 for p in parts
+    }
