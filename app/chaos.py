@@ -59,7 +59,7 @@ def bad_records(i: int, run: str, now: int) -> list[tuple[str, bytes | None, byt
         ("array", key.encode(), b"[1, 2, 3]"),
         ("wrong-type", key.encode(), v(ts="soon")),
         ("bool-ts", key.encode(), v(ts=True)),
-        ("missing-key", key.encode(), v(campaign_id=_DROP)),
+        ("missing-field", key.encode(), v(event_id=_DROP)),
         ("null-key", key.encode(), v(auction_id=None)),
         ("empty-key", b"", v(auction_id="")),
         ("key-mismatch", key.encode(), v(auction_id=key + "-other")),
