@@ -248,3 +248,14 @@ def test_an_internal_error_still_yields_a_valid_copartitioned_assignment(
     assert "solver exploded" in assignment["warnings"][0]
     owners = check.task_owner(scn, assignment)
     assert sorted(owners.values()).count("w3") == 2  # balanced per group, not sticky
+
+
+def test_numbers_beyond_int64_are_warnings_not_failures() -> None:
+    scn = _join_scenario({"w1": [0, 1], "w2": [2, 3]}, partitions=4)
+    scn["members"]["w1"]["epoch"] = 2**80
+    scn["members"]["w2"]["previous_active"]["clicks"] = [2, 3, 2**70]
+    assignment = plan(scn)
+    assert not any("internal planner error" in w for w in assignment["warnings"])
+    assert any("invalid partitions" in w for w in assignment["warnings"])
+    assert assignment["epoch"] == 2**80 + 1
+    assert _active(assignment, "w1", "clicks") == [0, 1] and _active(assignment, "w2", "clicks") == [2, 3]

@@ -127,7 +127,9 @@ def _fenced_owners(scn: Scenario, index: _Index) -> np.ndarray:
     members = len(scn.members)
     pairs = np.unique(task * members + member)  # a member may list a partition twice
     task, member = pairs // members, pairs % members
-    epoch = np.array([m.epoch for m in scn.members], np.int64)[member]
+    # Epochs are unbounded integers: compare their ranks, which fit numpy's int64.
+    ranks = {e: r for r, e in enumerate(sorted({m.epoch for m in scn.members}))}
+    epoch = np.array([ranks[m.epoch] for m in scn.members], np.int64)[member]
     order = np.lexsort((member, -epoch, task))
     task, member, epoch = task[order], member[order], epoch[order]
     starts = np.nonzero(np.r_[True, task[1:] != task[:-1]])[0]

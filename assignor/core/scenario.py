@@ -318,6 +318,8 @@ def _clean_member_partitions(
     flat = list(itertools.chain.from_iterable(lists))
     if flat and not set(map(type, flat)) <= _INT_ONLY:
         return None
+    if flat and (min(flat) < 0 or max(flat) >= max(topics.values())):
+        return None  # also keeps numbers beyond int64 away from numpy
     lengths = list(map(len, lists))
     values = np.array(flat, np.int64)
     limits = np.repeat(np.fromiter(map(topics.__getitem__, names), np.int64, len(names)), lengths)
