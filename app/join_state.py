@@ -97,15 +97,21 @@ class TablesState:
             return None
         return self.tables.operator(partition) if partition in self.active else None
 
-    async def record(self, partition: int, side: Side, record: dict[str, Any], emit: Emit) -> None:
-        """Join, emit and await the results, then changelog + state (tables' contract)."""
+    async def process_batch(
+        self, partition: int, items: list[tuple[Side, dict[str, Any]]], emit: Emit
+    ) -> None:
+        """Join a partition's batch, emit and await the results, then changelog + state
+        (tables' contract, docs/tables.md)."""
         join = await self.operator(partition)
         if join is None:
             return  # revoked meanwhile: the new owner processes it (offset not committed here)
-        dropped = (join.duplicates, join.late)
-        results = join.process(side, record)
-        accepted = (join.duplicates, join.late) == dropped
-        _count_campaigns(join, side, record, results, accepted)
+        results: list[dict[str, Any]] = []
+        for side, record in items:
+            dropped = (join.duplicates, join.late)
+            found = join.process(side, record)
+            accepted = (join.duplicates, join.late) == dropped
+            _count_campaigns(join, side, record, found, accepted)
+            results += found
         await emit(results)
         await self.tables.commit(partition)
         self.joined[partition] = self.joined.get(partition, 0) + len(results)

@@ -211,6 +211,12 @@ class StateManager:
         offset = await self._send(self.changelog, key, value, partition)
         state.persist(offset, side, record)
 
+    async def process_batch(
+        self, partition: int, items: list[tuple[str, Record]], emit: Emit
+    ) -> None:
+        for side, record in items:  # the interim state logs record by record
+            await self.record(partition, side, record, emit)
+
     def joined_counts(self) -> dict[int, int]:
         return {p: s.joined for p, s in sorted(self.states.items()) if p in self.active}
 

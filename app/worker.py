@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import faust
@@ -15,7 +16,11 @@ from app.join_state import TablesState
 from app.settings import Settings
 from app.state import StateManager
 from app.view import render_html
-from tables.records import Rejected, validate
+from tables.records import Rejected, Side, validate
+
+# Input batches: up to this many records, or what arrived within this time.
+BATCH_MAX = 500
+BATCH_WITHIN_S = 0.05
 
 
 class Worker:
@@ -53,32 +58,49 @@ class Worker:
             self.started = True
             await self.state.start()
 
-    async def handle(self, message: Any) -> None:
-        """One input record: dead letter, or join; output before changelog (at-least-once)."""
-        side = "left" if message.topic == self.settings.impressions else "right"
-        self.positions[TP(message.topic, message.partition)] = message.offset
-        checked = validate(side, message.key, message.value, int(time.time() * 1000))
-        if isinstance(checked, Rejected):
-            await self._dead_letter(message, checked.reason)
-            return
+    async def handle_batch(self, messages: list[Any]) -> None:
+        """A batch of input records: dead letters, and per partition join, emit, commit.
+
+        Returns once results, dead letters and changelog are acknowledged; Faust
+        acks the batch's input offsets only after that (at-least-once).
+        """
+        now = int(time.time() * 1000)
+        by_partition: dict[int, list[tuple[Side, dict[str, Any]]]] = {}
+        letters = []
+        for message in messages:
+            side: Side = "left" if message.topic == self.settings.impressions else "right"
+            self.positions[TP(message.topic, message.partition)] = message.offset
+            checked = validate(side, message.key, message.value, now)
+            if isinstance(checked, Rejected):
+                letters.append(await self._dead_letter(message, checked.reason))
+            else:
+                by_partition.setdefault(message.partition, []).append((side, checked))
         await self.ensure_started()
-        await self.state.record(message.partition, side, checked, self._emit)
+        for partition, items in by_partition.items():
+            await self.state.process_batch(partition, items, self._emit)
+        await asyncio.gather(*letters)
+        self.dead_letters += len(letters)
 
     async def _emit(self, results: list[dict[str, Any]]) -> None:
-        # Awaited before the changelog write: a crash in between replays the input,
-        # which re-emits the same join_id (a duplicate, never a loss).
-        for result in results:
-            await self.app.producer.send_and_wait(
+        # Acknowledged before the changelog write: a crash in between replays the
+        # input, which re-emits the same join_id (a duplicate, never a loss).
+        header = [("tandem-worker", self.settings.worker.encode())]
+        sent = [
+            await self.app.producer.send(
                 self.settings.joins,
-                result["auction_id"].encode(),
-                json.dumps(result).encode(),
+                r["auction_id"].encode(),
+                json.dumps(r).encode(),
                 None,
                 None,
-                [("tandem-worker", self.settings.worker.encode())],
+                header,
             )
+            for r in results
+        ]
+        await asyncio.gather(*sent)
         self.outputs += len(results)
 
-    async def _dead_letter(self, message: Any, reason: str) -> None:
+    async def _dead_letter(self, message: Any, reason: str) -> Awaitable[Any]:
+        """Send one dead letter; the returned future completes when it is acknowledged."""
         value = message.value or b""
         letter = {
             "topic": message.topic,
@@ -88,10 +110,10 @@ class Worker:
             "key": None if message.key is None else message.key.decode("utf-8", "replace"),
             "value": value.decode("utf-8", "replace"),
         }
-        await self.app.producer.send_and_wait(
-            self.settings.dead_letters, message.key, json.dumps(letter).encode(), None, None, None
+        topic = self.settings.dead_letters
+        return await self.app.producer.send(
+            topic, message.key, json.dumps(letter).encode(), None, None, None
         )
-        self.dead_letters += 1
 
     async def on_assigned(self, assigned: set[TP]) -> None:
         await self.ensure_started()
@@ -250,8 +272,9 @@ def _register(app: faust.App, worker: Worker, settings: Settings) -> None:
 
     @app.agent(inputs, name="ad-join")
     async def join(stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.events():
-            await worker.handle(event.message)
+        # take_events acks a batch's offsets only after this body has processed it.
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            await worker.handle_batch([event.message for event in events])
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: faust.App, revoked: set[TP], **kwargs: Any) -> None:
