@@ -40,12 +40,13 @@ from tables.store import PartitionStore, local_partitions, partition_path
 
 log = logging.getLogger(__name__)
 
-# Restore writes to RocksDB every this many changelog records, bounding memory.
-RESTORE_FLUSH_RECORDS = 20_000
+# Restore and standbys write to RocksDB every this many changelog records: it bounds
+# memory, and keeps the write overlay small (each of its writes costs O(pending keys)).
+RESTORE_FLUSH_RECORDS = 2_000
 
 
 class RestoreTimeout(RuntimeError):
-    """The changelog's high watermark was not reached in time."""
+    """Restore made no progress towards the changelog's high watermark for too long."""
 
 
 @dataclass
@@ -118,7 +119,7 @@ class JoinTables:
         window: JoinWindow | None = None,
         join_type: JoinType = JoinType.INNER,
         sync_writes: bool = False,
-        restore_timeout_s: float = 300.0,
+        restore_timeout_s: float = 120.0,
     ) -> None:
         self.bootstrap = bootstrap
         self.changelog_topic = changelog_topic
@@ -276,6 +277,7 @@ class JoinTables:
         self, consumer: AIOKafkaConsumer, partitions: list[int]
     ) -> None:
         pending = {TopicPartition(self.changelog_topic, p) for p in partitions}
+        # A stall, not a long restore, is an error: the deadline moves with progress.
         deadline = time.monotonic() + self.restore_timeout_s
         while pending:
             if time.monotonic() > deadline:
@@ -284,7 +286,8 @@ class JoinTables:
             for tp in pending:
                 await self._check_not_truncated(consumer, tp)
             for tp, records in fetched.items():
-                self._apply(tp.partition, records, flush_every=RESTORE_FLUSH_RECORDS)
+                self._apply(tp.partition, records)
+                deadline = time.monotonic() + self.restore_timeout_s
             for tp in list(pending):
                 high_watermark = consumer.highwater(tp)
                 if high_watermark is not None and await consumer.position(tp) >= high_watermark:
@@ -308,15 +311,15 @@ class JoinTables:
         self._tasks[tp.partition] = fresh
         consumer.seek(tp, 0)
 
-    def _apply(self, partition: int, records: list[ConsumerRecord], flush_every: int) -> None:
+    def _apply(self, partition: int, records: list[ConsumerRecord]) -> None:
         task = self._tasks[partition]
         for record in records:
             task.join.restore(record.key, record.value)
             task.pending_checkpoint = record.offset
+            task.applied_since_flush += 1
+            if task.applied_since_flush >= RESTORE_FLUSH_RECORDS:
+                self._flush_restored(partition)
         task.replayed += len(records)
-        task.applied_since_flush += len(records)
-        if task.applied_since_flush >= flush_every:
-            self._flush_restored(partition)
 
     def _flush_restored(self, partition: int) -> None:
         task = self._tasks[partition]
@@ -351,7 +354,8 @@ class JoinTables:
             while True:
                 fetched = await consumer.getmany(timeout_ms=500)
                 for tp, records in fetched.items():
-                    self._apply(tp.partition, records, flush_every=0)
+                    self._apply(tp.partition, records)
+                    self._flush_restored(tp.partition)
         finally:
             await consumer.stop()
 
