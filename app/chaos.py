@@ -22,6 +22,7 @@ import heapq
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -339,7 +340,7 @@ def judge_dead_letters(values: list[bytes], gen: Generator) -> dict[str, Any]:
     keyed = {(x["topic"], x["partition"], x["offset"]) for x in letters}
     reasons: dict[str, int] = {}
     for letter in letters:
-        reason = letter["reason"].split(":")[0].split(" of ")[0]
+        reason = re.sub(r"\d+", "N", letter["reason"].split(":")[0])
         reasons[reason] = reasons.get(reason, 0) + 1
     bad = gen.counts.get("bad", 0)
     return {"bad_sent": bad, "letters": len(letters), "distinct_letters": len(keyed),
