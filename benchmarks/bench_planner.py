@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import platform
 import signal
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,8 @@ class Row:
     event: str
     strategy: str
     optimum: int
-    times: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # CPU seconds of the assignor call
+    walls: list[float] = field(default_factory=list)  # wall seconds, inflated by other load
     status: str = "ok"
     metrics: Metrics | None = None
 
@@ -65,19 +67,21 @@ def strategies() -> list[Strategy]:
     return [_tandem(), *BASELINES.values()]
 
 
-def _timed(fn: Callable[[Any], Any], arg: Any, timeout: float) -> tuple[float, Any]:
+def _timed(fn: Callable[[Any], Any], arg: Any, timeout: float) -> tuple[float, float, Any]:
+    """(CPU seconds, wall seconds, result): CPU time because the machine is shared."""
     def on_alarm(_signum: int, _frame: Any) -> None:
         raise Timeout
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
+    # A CPU-time alarm, like the measure: other load must not time a strategy out.
+    previous = signal.signal(signal.SIGPROF, on_alarm)
+    signal.setitimer(signal.ITIMER_PROF, timeout)
     try:
-        start = time.perf_counter()
+        cpu, wall = time.process_time(), time.perf_counter()
         out = fn(arg)
-        return time.perf_counter() - start, out
+        return time.process_time() - cpu, time.perf_counter() - wall, out
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def run_one(strategy: Strategy, scenario: Scenario, row: Row, repeats: int,
@@ -89,7 +93,7 @@ def run_one(strategy: Strategy, scenario: Scenario, row: Row, repeats: int,
         native = strategy.prepare(scenario)
         gc.collect()
         try:
-            elapsed, result = _timed(strategy.run, native, args.timeout)
+            elapsed, wall, result = _timed(strategy.run, native, args.timeout)
         except Timeout:
             row.status = f"timeout > {args.timeout:g} s"
             return
@@ -97,6 +101,7 @@ def run_one(strategy: Strategy, scenario: Scenario, row: Row, repeats: int,
             row.status = f"error: {type(exc).__name__}: {exc}"[:120]
             return
         row.times.append(elapsed)
+        row.walls.append(wall)
         if elapsed > args.slow:
             break
     out = strategy.convert(scenario, native, result)
@@ -402,9 +407,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes, 3 repeats, no files")
     p.add_argument("--skip-faust-at", type=int, default=2000,
                    help="skip Faust's full path from this many members up")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per assignor call")
+    p.add_argument("--timeout", type=float, default=120.0, help="CPU seconds per assignor call")
     p.add_argument("--slow", type=float, default=5.0, help="no repeats after a run this slow")
     p.add_argument("--out", type=Path, default=None, help="Markdown path (default docs/bench)")
+    p.add_argument("--no-out", action="store_true", help="write no Markdown or plot")
+    p.add_argument("--save-rows", type=Path, default=None, help="also save raw rows as JSON")
+    p.add_argument("--merge", type=Path, nargs="+", default=None,
+                   help="render saved rows of several runs instead of running")
     args = p.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)
     args.sizes = [parse_size(s) for s in sizes.split(",")]
@@ -412,9 +421,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.events = args.events.split(",")
     if args.quick:
         args.repeats = min(args.repeats, 3)
-    if args.out is None and not args.quick:
+    if args.out is None and not args.quick and not args.no_out:
         args.out = OUT_DIR / "planner.md"
     return args
+
+
+def save_rows(path: Path, rows: list[Row], command: str, version: str,
+              started: datetime) -> None:
+    runs = [{"command": command, "version": version, "started": started.isoformat()}]
+    path.write_text(json.dumps({"runs": runs, "rows": [_row_json(r) for r in rows]}))
+
+
+def _row_json(row: Row) -> dict[str, Any]:
+    data = asdict(row)
+    data["size"] = row.size.label
+    return data
+
+
+def load_rows(paths: list[Path]) -> tuple[list[Row], list[dict[str, str]]]:
+    rows, runs = [], []
+    for path in paths:
+        data = json.loads(path.read_text())
+        runs.extend(data["runs"])
+        for r in data["rows"]:
+            met = Metrics(**r.pop("metrics")) if r.get("metrics") else None
+            rows.append(Row(**{**r, "size": parse_size(r["size"]), "metrics": met}))
+    return rows, runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -422,8 +454,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = datetime.now(UTC)
     version = _planner_version()  # at start: the planner is imported once, now
-    rows = bench(args)
     command = " ".join([".venv/bin/python -m benchmarks.bench_planner", *argv])
+    if args.merge:
+        rows, runs = load_rows(args.merge)
+        command = "\n".join([r["command"] for r in runs] + [command])
+        version = "; ".join(sorted({r["version"] for r in runs}))
+        started = min(datetime.fromisoformat(r["started"]) for r in runs)
+    else:
+        rows = bench(args)
+    if args.save_rows:
+        save_rows(args.save_rows, rows, command, version, started)
     print("\n".join(["## Targets (Tandem)", *target_table(rows), "", "## Summary",
                      *summary_table(rows)]))
     if args.out:
