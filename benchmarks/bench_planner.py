@@ -126,6 +126,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
                 scenario = EVENTS[event](base)
                 opt = optimum_moves(scenario)
                 for strategy in strategies():
+                    if args.strategies and strategy.name not in args.strategies:
+                        continue
                     row = Row(size, r, event, strategy.name, opt)
                     skip = _skip_reason(strategy, size, args)
                     if skip:
@@ -403,6 +405,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", default=None, help=f"comma list of MxP or 1M ({DEFAULT_SIZES})")
     p.add_argument("--replicas", default="0,1,2", help="standby replicas R, comma list")
     p.add_argument("--events", default=",".join(EVENTS), help="comma list of churn events")
+    p.add_argument("--strategies", default=None, help="comma list (default: all)")
     p.add_argument("--repeats", type=int, default=5, help="runs per event (1 at 1M)")
     p.add_argument("--quick", action="store_true", help="small sizes, 3 repeats, no files")
     p.add_argument("--skip-faust-at", type=int, default=2000,
@@ -419,6 +422,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.sizes = [parse_size(s) for s in sizes.split(",")]
     args.replicas = [int(r) for r in args.replicas.split(",")]
     args.events = args.events.split(",")
+    args.strategies = args.strategies.split(",") if args.strategies else None
     if args.quick:
         args.repeats = min(args.repeats, 3)
     if args.out is None and not args.quick and not args.no_out:
