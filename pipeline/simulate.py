@@ -196,13 +196,14 @@ def run_scenario(seed: int, scenario: int, strategies: dict[str, Strategy]) -> l
     for name, strategy in strategies.items():
         row: dict[str, Any] = {**asdict(spec), "strategy": name, "optimum": optimum,
                                "error": None, "excess": None, "plan_ms": None}  # fmt: skip
-        began = time.perf_counter()
         try:
-            metrics = measure(problem, strategy(problem)).as_dict()
+            began = time.perf_counter()
+            assignment = strategy(problem)
+            row["plan_ms"] = (time.perf_counter() - began) * 1000
+            metrics = measure(problem, assignment).as_dict()
         except Exception as exc:  # noqa: BLE001 - a failing strategy is a result, not a crash
             row["error"] = f"{type(exc).__name__}: {exc}"[:200]
             metrics = {}
-        row["plan_ms"] = (time.perf_counter() - began) * 1000
         row.update({m: metrics.get(m) for m in METRICS})
         if metrics:
             row["excess"] = metrics["moves"] - optimum
