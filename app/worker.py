@@ -35,8 +35,7 @@ class Worker:
             self.state = StateManager(bootstrap, settings.changelog, settings.data_dir, self._send)
         else:
             self.state = TablesState(bootstrap, settings.changelog, settings.data_dir)
-        self.started = False
-        self.processed: dict[int, int] = {}  # partition -> last input offset, both sides
+        self._starting: asyncio.Future[None] | None = None
         self.positions: dict[TP, int] = {}
         self.dead_letters = 0
         self.outputs = 0
@@ -54,9 +53,10 @@ class Worker:
         return int(metadata.offset)
 
     async def ensure_started(self) -> None:
-        if not self.started:
-            self.started = True
-            await self.state.start()
+        """Start the state once; the agent and the rebalance hook may both get here first."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self.state.start())
+        await asyncio.shield(self._starting)
 
     async def handle_batch(self, messages: list[Any]) -> None:
         """A batch of input records: dead letters, and per partition join, emit, commit.
