@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.spark import progress, session
 
     began = time.monotonic()
-    spark = session(args.master, "tandem-reconcile")
+    spark = session(args.master, "tandem-reconcile", args.shuffle_partitions)
     with progress(spark, "reconcile"):
         unreadable = 0
         if args.output_topic:
