@@ -267,7 +267,7 @@ def streams(draw: st.DrawFn) -> tuple[JoinType, JoinWindow, list[tuple[Side, dic
     return join_type, window, events
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(streams())
 def test_join_matches_reference_model(case: tuple[JoinType, JoinWindow, list[Any]]) -> None:
     join_type, window, events = case
@@ -278,7 +278,7 @@ def test_join_matches_reference_model(case: tuple[JoinType, JoinWindow, list[Any
     assert join.late == late
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams(), st.integers(1, 7))
 def test_rocksdb_state_behaves_like_memory(
     case: tuple[JoinType, JoinWindow, list[Any]], commit_every: int
