@@ -202,6 +202,19 @@ async def restart(victim: WorkerProcess, workers: list[WorkerProcess]) -> int:
     return 0
 
 
+def click_through(workers: list[WorkerProcess]) -> None:
+    """The per-campaign click-through table, merged over the workers' partitions."""
+    totals: dict[str, list[int]] = {}
+    for view in views(workers).values():
+        for campaign, stats in (view or {}).get("campaigns", {}).items():
+            entry = totals.setdefault(campaign, [0, 0])
+            entry[0] += stats["impressions"]
+            entry[1] += stats["clicks"]
+    say("click-through per campaign (impressions, joined clicks, ctr):")
+    for campaign, (shown, clicked) in sorted(totals.items()):
+        say(f"  {campaign}: {shown:5d} {clicked:5d} {clicked / max(shown, 1):.3f}")
+
+
 async def check_results(traffic: Traffic, outputs: Outputs, workers: list[WorkerProcess]) -> int:
     say("traffic stopped; waiting for the join to drain")
     await wait_until(lambda: traffic.expected <= set(outputs.join_ids), 30, 1)
@@ -212,6 +225,7 @@ async def check_results(traffic: Traffic, outputs: Outputs, workers: list[Worker
         f"missing {len(missing)}, duplicates (same join_id twice, at-least-once) "
         f"{len(outputs.join_ids) - len(got)}; dead letters counted by survivors {dead}")
     table(workers)
+    click_through(workers)
     if missing:
         say(f"FAILED: {len(missing)} joins missing, e.g. {sorted(missing)[:3]}")
         return 1
