@@ -45,7 +45,7 @@ from assignor.wire import (
 )
 
 ITERATIONS = int(os.environ.get("TANDEM_FUZZ_ITERATIONS", "0"))
-SECONDS = float(os.environ.get("TANDEM_FUZZ_SECONDS", "20"))
+SECONDS = float(os.environ.get("TANDEM_FUZZ_SECONDS", "12"))
 _SEED = os.environ.get("TANDEM_FUZZ_SEED", "7")
 SEED = random.randrange(2**32) if _SEED == "random" else int(_SEED)
 
@@ -220,11 +220,10 @@ def test_wire_decoders_coverage_guided() -> None:
 
 # ---------------------------------------------------------------- the planner
 
-# Partition numbers of 2**63 and more are left to their own (xfail) test below: they
-# empty the whole plan today. Topic counts come from the broker's metadata, not from
-# members, and a huge one makes the planner allocate that much memory: not fuzzed.
+# Topic counts come from the broker's metadata, not from members, and a huge one makes
+# the planner allocate that much memory: they get small garbage only (deep_garble).
 GARBAGE: list[Any] = [
-    None, True, False, -1, -(2**63), 2**62, 10**18, 0, 1.5, float("nan"), float("inf"),
+    None, True, False, -1, -(2**63), 2**63, 2**70, 10**18, 0, 1.5, float("nan"), float("inf"),
     "", "x", "0", [], {}, [None], [-1], [10**9], [[1]], {"": None}, {"0": [1, 1, 1]},
     ["impressions", 3], {"impressions": [-5, 2**40, 1.0]}, "\ud800",
 ]  # fmt: skip
@@ -282,7 +281,7 @@ def deep_garble(scn: dict[str, Any], rng: random.Random) -> Any:
         elif op == 2 and isinstance(parent, list):
             parent.append(copy.deepcopy(parent[last]))  # duplicates in a list
         elif op == 3 and isinstance(parent[last], int) and not isinstance(parent[last], bool):
-            parent[last] = rng.choice([-1, 2**31, 2**62, parent[last] + 10**6])
+            parent[last] = rng.choice([-1, 2**31, 2**63, parent[last] + 10**6])
     return scn
 
 
@@ -308,7 +307,7 @@ def check_plan(raw: Any) -> None:
 
 def test_planner_total_on_deep_garbage() -> None:
     rng = random.Random(SEED)
-    for i in budget(600):
+    for i in budget(400):
         scn = random_scenario(rng)
         check_plan(deep_garble(scn, rng) if i % 10 else scn)
 
@@ -371,10 +370,10 @@ def test_nan_capacity_in_user_data_is_survived() -> None:
         assert owned == [0, 1, 2, 3], capacity
 
 
-@pytest.mark.xfail(reason="assignor/core/scenario.py _clean_member_partitions: np.array(flat, "
-                   "np.int64) overflows, parse fails twice and every member gets nothing")
 def test_a_partition_claim_beyond_int64_does_not_empty_the_group() -> None:
-    """One member's bogus claim (a varint decodes up to 2**70) must not stop the group."""
+    """One member's bogus claim (a varint decodes up to 2**70) must not stop the group.
+
+    Found by this fuzzer: every member got nothing; fixed in the planner (60e4f0d)."""
     leader = _leader()
     topics = ["impressions", "clicks", "cl"]
 
