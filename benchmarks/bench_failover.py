@@ -2,7 +2,9 @@
 how much changelog the survivors replay. Tandem's assignor against Faust's stock
 assignor, standby replicas 0 and 1, in the same run on one embedded broker.
 
-    .venv/bin/python benchmarks/bench_failover.py [--repeats 2] [--write docs/bench/failover.md]
+    .venv/bin/python benchmarks/bench_failover.py [--repeats 3] [--write docs/bench/failover.md]
+    .venv/bin/python benchmarks/bench_failover.py --repeats 1 --kill w2 --preload 200000 \
+        --configs tandem:1,tandem:0            # a large state: what a cold restore costs
 
 Per run: three `faust -A app worker` processes (two host labels), 6 partitions,
 steady synthetic traffic, then SIGKILL of one worker (w1, w2, w3 in turn).
@@ -93,6 +95,8 @@ async def measure(
 ) -> dict[str, Any]:
     if not await wait_until(lambda: covered(workers, PARTITIONS), 60, 1):
         raise RuntimeError("group did not form in 60 s")
+    if args.preload:
+        await preload(bootstrap, settings, workers, args.preload)
     stop, stop_reader = asyncio.Event(), asyncio.Event()
     outputs = Outputs(bootstrap, settings.joins)
     reader = asyncio.create_task(outputs.run(stop_reader))
@@ -129,6 +133,22 @@ def _layout(found: dict[str, dict[str, Any] | None]) -> str:
         for name, v in found.items()
         if v is not None
     )
+
+
+async def preload(bootstrap: str, settings: Any, workers: list[WorkerProcess], count: int) -> None:
+    """A large state first: `count` impressions (half clicked) as fast as the broker takes
+    them, then wait until every worker has processed its input."""
+    traffic = Traffic(settings.impressions, settings.clicks, run="p", bad_every=0)
+    started = time.monotonic()
+    await run_traffic(bootstrap, traffic, 1e6, asyncio.Event(), limit=count)
+
+    def drained() -> bool:
+        found = views(workers).values()
+        return all(v is not None and not any(v["lag"].values()) for v in found)
+
+    if not await wait_until(drained, 600, 2):
+        raise RuntimeError("preload not processed in 600 s")
+    say(f"  preloaded {count} impressions in {time.monotonic() - started:.0f} s")
 
 
 def summarize(
@@ -200,6 +220,7 @@ def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace
     lines.append(
         f"\nSession timeout {SESSION_S:.0f} s (goal: first join within {SESSION_S + 2:.0f} s); "
         f"traffic {args.rate:.0f} impressions/s, warm-up {args.warmup:.0f} s, "
+        f"preload {args.preload} impressions, "
         f"{args.repeats} run(s) per configuration."
     )
     return "\n".join(lines)
@@ -211,14 +232,14 @@ async def bench(args: argparse.Namespace) -> str:
     with EmbeddedBroker(log_dir=run_dir) as broker:
         for repeat in range(args.repeats):
             # Each repeat kills the next worker: w1 and w3 share host-a, w2 is alone on host-b.
-            args.victim = LABELS[repeat % len(LABELS)][0]
-            for assignor in ("tandem", "stock"):
-                for standbys in (1, 0):
-                    say(f"run {repeat + 1}: assignor {assignor}, standby replicas {standbys}, "
-                        f"kill {args.victim}")
-                    result = await one_run(broker, assignor, standbys, args, run_dir)
-                    say(f"  {result}")
-                    rows.append((assignor, standbys, result))
+            args.victim = args.kill or LABELS[repeat % len(LABELS)][0]
+            for config in args.configs.split(","):
+                assignor, standbys = config.split(":")[0], int(config.split(":")[1])
+                say(f"run {repeat + 1}: assignor {assignor}, standby replicas {standbys}, "
+                    f"kill {args.victim}")
+                result = await one_run(broker, assignor, standbys, args, run_dir)
+                say(f"  {result}")
+                rows.append((assignor, standbys, result))
     return report(rows, args)
 
 
@@ -228,6 +249,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=60.0, help="impressions per second")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of traffic before")
     parser.add_argument("--write", type=Path, help="also write the table to this file")
+    parser.add_argument("--configs", default="tandem:1,tandem:0,stock:1,stock:0",
+                        help="assignor:standbys pairs, comma separated")
+    parser.add_argument("--preload", type=int, default=0,
+                        help="impressions processed before the warm-up (a large state)")
+    parser.add_argument("--kill", help="always kill this worker (w1, w2 or w3)")
     args = parser.parse_args()
     table = asyncio.run(bench(args))
     print(table)
