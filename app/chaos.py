@@ -411,6 +411,11 @@ def _log(began: float) -> Callable[[str], None]:
     return lambda text: print(f"[{time.monotonic() - began:7.1f} s] {text}", flush=True)
 
 
+def _all_answer(workers: list[WorkerProcess]) -> bool:
+    # covered() skips workers that do not answer yet (starting, restoring).
+    return all(w.view() is not None for w in workers)
+
+
 def _drain(bootstrap: str, s: Settings, workers: list[WorkerProcess], timeout: float,
            log: Callable[[str], None]) -> float:  # fmt: skip
     """Wait until every worker is back and the group committed every input offset."""
@@ -422,7 +427,7 @@ def _drain(bootstrap: str, s: Settings, workers: list[WorkerProcess], timeout: f
         if left != last[0]:
             log(f"drain: {left:,} input records not committed yet")
             last[0] = left
-        return left == 0 and covered(workers, s.partitions)
+        return left == 0 and _all_answer(workers) and covered(workers, s.partitions)
 
     if not wait_for(drained, timeout, interval=5.0):
         raise TimeoutError(f"not drained within {timeout} s")
@@ -451,7 +456,7 @@ def _run(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings,
     log(f"broker {broker.bootstrap} (pid {broker.pid}); {len(workers)} workers; run dir {run_dir}")
     for worker in workers:
         worker.start()
-    if not wait_for(lambda: covered(workers, s.partitions), 180):
+    if not wait_for(lambda: _all_answer(workers) and covered(workers, s.partitions), 180):
         raise TimeoutError(f"the group did not form within 180 s; logs in {run_dir}")
     log("group formed: every partition covered")
     gen = Generator(s.impressions, s.clicks, s.app_id, seed=args.seed)
