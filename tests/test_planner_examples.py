@@ -259,3 +259,31 @@ def test_numbers_beyond_int64_are_warnings_not_failures() -> None:
     assert any("invalid partitions" in w for w in assignment["warnings"])
     assert assignment["epoch"] == 2**80 + 1
     assert _active(assignment, "w1", "clicks") == [0, 1] and _active(assignment, "w2", "clicks") == [2, 3]
+
+
+def test_a_members_standbys_spread_so_its_failure_promotes_warm_on_several_survivors() -> None:
+    topics = ["impressions", "clicks", "joins-changelog"]
+    hosts = {"w1": "a", "w2": "a", "w3": "b", "w4": "b"}
+    scn: dict[str, Any] = {
+        "topics": {t: 12 for t in topics},
+        "copartition_groups": [topics],
+        "changelog_topics": ["joins-changelog"],
+        "standby_replicas": 1,
+        "members": {m: {"topics": topics, "host": h} for m, h in hosts.items()},
+    }
+    before = plan(scn)
+    survivors = {
+        m: {
+            "topics": topics,
+            "host": hosts[m],
+            "epoch": before["epoch"],
+            "previous_active": before["members"][m]["active"],
+            "previous_standby": before["members"][m]["standby"],
+        }
+        for m in hosts
+        if m != "w3"
+    }
+    after = plan_with_stats({**scn, "members": survivors})
+    # w3's three tasks: standbys only on host a (w1, w2), spread over both; w4 shares
+    # w3's host, so at most two can be promoted warm under balance.
+    assert (after.stats.kept, after.stats.moved_warm, after.stats.moved_cold) == (9, 2, 1)

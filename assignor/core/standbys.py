@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 Task = tuple[int, int]
+SPREAD_LOOKAHEAD = 8  # equally loaded candidates compared for spreading
 
 
 @dataclass(slots=True)
@@ -59,31 +60,44 @@ class _Loads:
         self.floor = {m: math.floor(total * problem.capacity[m] / weight) for m in members}
         self.scale = {m: 1 / float(problem.capacity[m]) for m in members}
         self.load = dict.fromkeys(members, 0)
+        self.pairs: Counter[tuple[str | None, str]] = Counter()  # (active, standby member)
         self._heap = [(False, 0.0, m) for m in members]
         heapq.heapify(self._heap)
 
     def key(self, m: str) -> tuple[bool, float, str]:
         return (self.load[m] >= self.cap[m], self.load[m] * self.scale[m], m)
 
-    def add(self, m: str) -> None:
-        self.load[m] += 1
-        heapq.heappush(self._heap, self.key(m))
+    def best(self, accept: Callable[[str], bool], spread_from: str | None = None) -> str | None:
+        """Least-loaded member for which accept(m) is true (skipping stale entries).
 
-    def best(self, accept: Callable[[str], bool]) -> str | None:
-        """Least-loaded member for which accept(m) is true (skipping stale entries)."""
+        Among the equally loaded (a few looked at), the one holding the fewest
+        standbys of `spread_from`'s tasks: if that member dies, its tasks then
+        find warm standbys on several survivors instead of piling on one.
+        """
         skipped = []
-        found = None
-        while self._heap:
+        fitting: list[tuple[bool, float, str]] = []
+        while self._heap and len(fitting) < SPREAD_LOOKAHEAD:
             entry = heapq.heappop(self._heap)
             if entry != self.key(entry[2]):
                 continue  # stale: the member's load changed since
+            if fitting and entry[:2] != fitting[0][:2]:
+                heapq.heappush(self._heap, entry)
+                break
             skipped.append(entry)
             if accept(entry[2]):
-                found = entry[2]
-                break
+                fitting.append(entry)
+                if spread_from is None:
+                    break
         for entry in skipped:
             heapq.heappush(self._heap, entry)
-        return found
+        if not fitting:
+            return None
+        return min(fitting, key=lambda e: (self.pairs[spread_from, e[2]], e))[2]
+
+    def add(self, m: str, active: str | None = None) -> None:
+        self.load[m] += 1
+        self.pairs[active, m] += 1
+        heapq.heappush(self._heap, self.key(m))
 
 
 def place_standbys(problem: StandbyProblem) -> dict[Task, list[str]]:
@@ -139,7 +153,7 @@ def _keep_previous(
         if quota[category] > 0 and loads.load[m] < loads.cap[m]:
             quota[category] -= 1
             chosen.append(m)
-            loads.add(m)
+            loads.add(m, active)
 
 
 def _fill(
@@ -164,12 +178,12 @@ def _fill(
                     and _category(problem, active, m) == category
                 )
 
-            pick = _prefer_state_holder(holders, fits, loads, loads.best(fits))
+            pick = _prefer_state_holder(holders, fits, loads, loads.best(fits, spread_from=active))
             if pick is None:
                 break
             quota[category] -= 1
             chosen.append(pick)
-            loads.add(pick)
+            loads.add(pick, active)
 
 
 def _prefer_state_holder(
