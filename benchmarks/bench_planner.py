@@ -136,6 +136,9 @@ def bench(args: argparse.Namespace) -> list[Row]:
                         run_one(strategy, scenario, row, repeats, args)
                     rows.append(row)
                     _progress(row)
+                    if args.save_rows:  # as it goes: a long run stopped early keeps its rows
+                        save_rows(args.save_rows, rows, args.command, args.version,
+                                  args.started)
     return rows
 
 
@@ -472,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     version = _planner_version()  # at start: the planner is imported once, now
     command = " ".join([".venv/bin/python -m benchmarks.bench_planner", *argv])
+    args.command, args.version, args.started = command, version, started
     if args.merge:
         rows, runs = load_rows(args.merge)
         command = "\n".join([r["command"] for r in runs] + [command])
