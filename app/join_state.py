@@ -18,7 +18,6 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from app.state import Emit, Rebalance
-from tables import keys
 from tables.changelog import JoinTables
 from tables.join import JoinType, WindowedJoin
 from tables.records import Side
@@ -138,12 +137,10 @@ class TablesState:
         for partition in self.active:
             if not self._is_ready(partition):
                 continue
-            state = self.tables.operator(partition).state
-            lo, hi = keys.meta_key(_CTR), keys.meta_key(_CTR[:-1] + ";")
-            for key, value in state.scan(lo, hi):
-                kind, campaign = key[len(keys.meta_key(_CTR)) :].decode().split(":", 1)
+            for name, value in self.tables.operator(partition).counters(_CTR).items():
+                kind, campaign = name[len(_CTR) :].split(":", 1)
                 entry = totals.setdefault(campaign, {"impressions": 0, "clicks": 0})
-                entry["impressions" if kind == "i" else "clicks"] += keys.decode_int(value)
+                entry["impressions" if kind == "i" else "clicks"] += value
         return totals
 
     def _is_ready(self, partition: int) -> bool:
@@ -163,12 +160,11 @@ def _count_campaigns(
     results: list[dict[str, Any]],
     accepted: bool,
 ) -> None:
-    # Kept as join metadata so the counters ride the changelog with the state.
-    # Uses WindowedJoin's metadata helpers (_meta/_set_meta): no public API for this yet.
+    # Counters kept with the join state, so they ride the changelog with it.
     bumps: list[str] = []
     if side == "left" and accepted:
         bumps.append(f"{_CTR}i:{record['campaign_id']}")
     bumps += [f"{_CTR}c:{r['campaign_id']}" for r in results if r["kind"] == "inner"]
     for name in bumps:
-        join._set_meta(name, (join._meta(name) or 0) + 1)
+        join.add_counter(name)
 
