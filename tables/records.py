@@ -38,6 +38,10 @@ def validate(
     `now_ms` is the wall clock used to reject timestamps far in the past or
     future; None skips that check (a backfill over old data).
     """
+    if key is None:
+        # A keyless record lands on an arbitrary partition, away from its partner:
+        # it would silently never join. Rejecting it makes the loss visible.
+        return Rejected("null Kafka key")
     if value is None:
         return Rejected("null value")
     if len(value) > MAX_VALUE_BYTES:
@@ -57,7 +61,7 @@ def validate(
             return Rejected(f"field {field!r} is {type(found).__name__}, expected {kind.__name__}")
     if not record["auction_id"]:
         return Rejected("empty auction_id")
-    if key is not None and key.decode("utf-8", "replace") != record["auction_id"]:
+    if key.decode("utf-8", "replace") != record["auction_id"]:
         return Rejected("key does not match auction_id")
     if now_ms is not None:
         if record["ts"] < now_ms - MAX_PAST_MS:

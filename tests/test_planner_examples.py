@@ -287,3 +287,12 @@ def test_a_members_standbys_spread_so_its_failure_promotes_warm_on_several_survi
     # w3's three tasks: standbys only on host a (w1, w2), spread over both; w4 shares
     # w3's host, so at most two can be promoted warm under balance.
     assert (after.stats.kept, after.stats.moved_warm, after.stats.moved_cold) == (9, 2, 1)
+
+
+def test_an_absurd_partition_count_is_ignored_not_allocated() -> None:
+    scn = _join_scenario({"w1": [0], "w2": [1]}, partitions=2)
+    scn["topics"]["audit"] = 2**31
+    scn["members"]["w1"]["topics"].append("audit")
+    assignment = plan(scn)
+    assert any("'audit' has partition count" in w for w in assignment["warnings"])
+    assert _active(assignment, "w1", "clicks") == [0]

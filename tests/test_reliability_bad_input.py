@@ -113,10 +113,6 @@ def test_every_bad_record_is_dead_lettered_and_its_neighbours_join(
         assert view is not None and view["dead_letters"] >= len(bad), view
 
 
-@pytest.mark.xfail(reason="tables/records.py validate(): a null Kafka key is accepted "
-                   "(`if key is not None and ...`), though docs/join-semantics.md sends a null "
-                   "key to the dead letters; the producer then places it on a random partition, "
-                   "away from its join partner, where it silently never joins")
 def test_a_null_kafka_key_is_rejected() -> None:
     now = int(time.time() * 1000)
     value = json.dumps({"event_id": "e", "auction_id": "a1", "campaign_id": "c", "ts": now})

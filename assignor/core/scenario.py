@@ -73,6 +73,11 @@ class Scenario:
         return max((m.epoch for m in self.members), default=0)
 
 
+# Far above any real topic (Kafka advises well under this per cluster); a larger
+# count is corrupt metadata, and planning it would allocate gigabytes.
+MAX_PARTITIONS = 1_000_000
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -103,7 +108,7 @@ def _parse_topics(raw: Any, warnings: Warnings) -> dict[str, int]:
         count = raw[name]
         if not isinstance(name, str) or not name:
             warnings.add("topics", f"topic name {name!r} is not a non-empty string; ignored")
-        elif not _is_int(count) or count < 0:
+        elif not _is_int(count) or not 0 <= count <= MAX_PARTITIONS:
             warnings.add("topics", f"topic {name!r} has partition count {count!r}; ignored")
         else:
             topics[name] = count
