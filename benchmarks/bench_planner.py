@@ -370,7 +370,7 @@ def plot(rows: list[Row], path: Path) -> None:
         if pts:
             left.plot(*zip(*pts, strict=True), marker="o", label=name)
     left.set(xscale="log", yscale="log", xlabel="topic-partitions (R = 1; 1M at R = 0)",
-             ylabel="slowest per-event median (s)", title="Assignor time vs size")
+             ylabel="CPU s (slowest per-event median)", title="Assignor time vs size")
     left.axhline(0.5, ls=":", c="grey")
     left.axhline(2.0, ls="--", c="grey")
     left.legend()
@@ -462,7 +462,11 @@ def load_rows(paths: list[Path]) -> tuple[list[Row], list[dict[str, str]]]:
         for r in data["rows"]:
             met = Metrics(**r.pop("metrics")) if r.get("metrics") else None
             rows.append(Row(**{**r, "size": parse_size(r["size"]), "metrics": met}))
-    return _prefer_run(rows), runs
+    names = [s.name for s in strategies()]
+    events = list(EVENTS)
+    rows = sorted(_prefer_run(rows), key=lambda r: (r.size.topic_partitions, r.replicas,
+                                                    names.index(r.strategy), events.index(r.event)))
+    return rows, runs
 
 
 def _prefer_run(rows: list[Row]) -> list[Row]:
