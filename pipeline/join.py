@@ -12,9 +12,8 @@ stream (docs/join-semantics.md), computed in bulk instead of record by record
 4. every pair (l, r) of accepted records of the same key inside the window joins
    (the stream keeps a record until no accepted record could match it);
 5. left/outer: a record x is emitted unmatched when the partition's final stream
-   time passed its close and no partner p had arrived by then, i.e. none with
-   stream time after p's arrival <= close(x) (stream time moves before a record
-   matches, so a partner that itself closes x's window comes too late).
+   time passed ts + before + after + grace (after which no accepted partner can
+   arrive) and it has no accepted partner in its window.
 """
 
 from __future__ import annotations
@@ -139,6 +138,7 @@ def classify(records: DataFrame, params: JoinParams) -> DataFrame:
         valid.withColumn("st_before", F.max("ts").over(before))
         .withColumn("st_after", F.greatest("st_before", "ts"))
         .withColumn("close", _close(params))
+        .withColumn("emit", F.col("ts") + params.before + params.after + params.grace)
         .withColumn("late", F.coalesce(F.col("close") < F.col("st_before"), F.lit(False)))
     )
     on_time = F.when(~F.col("late"), F.col("seq"))
@@ -153,7 +153,7 @@ def _pairs(accepted: DataFrame, params: JoinParams) -> DataFrame:
     from pyspark.sql import functions as F
 
     def side(name: str, prefix: str) -> DataFrame:
-        cols = ["partition", "auction_id", "event_id", "campaign_id", "ts", "close", "st_after"]
+        cols = ["partition", "auction_id", "event_id", "campaign_id", "ts", "emit", "st_after"]
         chosen = accepted.filter(F.col("side") == name).select(*cols)
         return chosen.select(
             "partition", "auction_id", *[F.col(c).alias(f"{prefix}{c}") for c in cols[2:]]
@@ -166,9 +166,10 @@ def _pairs(accepted: DataFrame, params: JoinParams) -> DataFrame:
     return (
         left.join(right, ["partition", "auction_id"])
         .filter(in_window)
-        # Did the partner arrive before stream time passed this side's close?
-        .withColumn("l_in_time", F.col("r_st_after") <= F.col("l_close"))
-        .withColumn("r_in_time", F.col("l_st_after") <= F.col("r_close"))
+        # Did the partner arrive before this side's unmatched result was due? (It always
+        # does: an accepted partner arrives before ts + before + after + grace.)
+        .withColumn("l_in_time", F.col("r_st_after") <= F.col("l_emit"))
+        .withColumn("r_in_time", F.col("l_st_after") <= F.col("r_emit"))
     )
 
 
@@ -187,7 +188,7 @@ def _unmatched(
     return (
         mine.join(matched, ["partition", "event_id"], "left_anti")
         .join(F.broadcast(final_time), "partition")
-        .filter(F.col("final_time") > F.col("close"))
+        .filter(F.col("final_time") > F.col("emit"))
     )
 
 

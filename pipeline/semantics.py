@@ -31,6 +31,10 @@ class JoinParams:
         """The last stream time at which a record of `side` with `ts` can still join."""
         return ts + (self.after if side == "left" else self.before) + self.grace
 
+    def emit_after(self, ts: int) -> int:
+        """Stream time after which no accepted partner can still match: unmatched emit."""
+        return ts + self.before + self.after + self.grace
+
     def matches(self, left_ts: int, right_ts: int) -> bool:
         return left_ts - self.before <= right_ts <= left_ts + self.after
 
@@ -105,8 +109,7 @@ class PartitionJoin:
                 stored.matched = mine.matched = True
                 out.append(result(left, right))
         self.stores[(side, record["auction_id"])].append(mine)
-        close = self.params.close(side, record["ts"])
-        heapq.heappush(self.closing, (close, id(mine), mine))
+        heapq.heappush(self.closing, (self.params.emit_after(record["ts"]), id(mine), mine))
         return out
 
     def _advance(self, ts: int) -> list[dict[str, Any]]:

@@ -62,11 +62,12 @@ class JoinWindow:
             raise ValueError(f"window bounds must not be negative: {self}")
 
     def closes_at(self, side: Side, ts: int) -> int:
-        """Stream time after which the record is late, and emitted if unmatched."""
+        """Stream time after which the record is late (dropped if it arrives later)."""
         return ts + (self.after if side == "left" else self.before) + self.grace
 
     def retained_until(self, ts: int) -> int:
-        """Last stream time at which a record still accepted could match this one."""
+        """Last stream time at which a record still accepted could match this one:
+        an unmatched record is emitted, and any record deleted, once stream time passes it."""
         return ts + self.before + self.after + self.grace
 
     def match_range(self, side: Side, ts: int) -> tuple[int, int]:
@@ -174,7 +175,8 @@ class WindowedJoin:
         self._due[keys.EXPIRY] = min(self._due[keys.EXPIRY], expire_at)
         if stored.side in self._tracked:
             # Kept when the record matches (no tombstone per match); checked when due.
-            emit_at = self.window.closes_at(stored.side, stored.ts)
+            # Not at closes_at: a partner accepted until its own close could still match.
+            emit_at = self.window.retained_until(stored.ts)
             self.state.put(keys.index_key(keys.UNMATCHED, emit_at, key), b"")
             self._due[keys.UNMATCHED] = min(self._due[keys.UNMATCHED], emit_at)
 
