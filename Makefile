@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench plan-example clean
+.PHONY: demo test lint plan-example bench-planner chaos clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null 2>&1 || { echo "installing Java 17 for PySpark"; \
@@ -23,6 +23,12 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+bench-planner: $(STAMP)
+	$(BIN)/python -m benchmarks.bench_planner --quick
+
+chaos: $(STAMP)
+	$(BIN)/python -m app.chaos
 
 plan-example: $(STAMP)
 	$(BIN)/python -m assignor plan --summary docs/examples/scenario.json
