@@ -28,7 +28,7 @@ bench-planner: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_planner --quick
 
 chaos: $(STAMP)
-	$(BIN)/python -m app.chaos
+	$(BIN)/python -m app.chaos --kills 20 --pauses 4 --deduped-reconcile
 
 plan-example: $(STAMP)
 	$(BIN)/python -m assignor plan --summary docs/examples/scenario.json
