@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -132,3 +133,18 @@ FAST_GROUP_SETTINGS: dict[str, int] = {
     "heartbeat_interval_ms": 500,
     "request_timeout_ms": 20000,
 }
+
+
+async def create_topics(
+    bootstrap: str, names: Iterable[str] | Mapping[str, int], partitions: int = 1
+) -> None:
+    """Create topics: names with one partition count, or a name -> count mapping."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # only where topics are made
+
+    counts = dict(names) if isinstance(names, Mapping) else dict.fromkeys(names, partitions)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(t, n, 1) for t, n in counts.items()])
+    finally:
+        await admin.close()

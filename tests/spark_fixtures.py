@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from pipeline.generate import TrafficConfig, generate
@@ -49,13 +48,6 @@ def busy_traffic() -> Path:
     return out
 
 
-async def create_topics(bootstrap: str, names: Iterable[str], partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    finally:
-        await admin.close()
 
 
 async def produce_values(

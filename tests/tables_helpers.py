@@ -15,12 +15,10 @@ import signal
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rocksdict import AccessType, Options, Rdict
 
 from tables.changelog import JoinTables
@@ -31,13 +29,6 @@ from tables.store import PartitionStore
 Record = tuple[str, dict[str, Any]]  # (side, value)
 
 
-async def create_topics(bootstrap: str, names: Iterable[str], partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    finally:
-        await admin.close()
 
 
 def partition_of(key: str, partitions: int) -> int:

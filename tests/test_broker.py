@@ -6,18 +6,12 @@ import asyncio
 import os
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app.broker import EmbeddedBroker
+from app.broker import EmbeddedBroker, create_topics
 
 
 async def _round_trip(bootstrap: str, topic: str) -> list[bytes]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topics(bootstrap, {topic: 2})
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:

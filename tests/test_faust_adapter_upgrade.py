@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app.broker import EmbeddedBroker, free_port
+from app.broker import EmbeddedBroker, create_topics, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -91,15 +90,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
     return predicate()
 
 
-async def _create_topics(bootstrap: str, counts: dict[str, int]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(t, n, 1) for t, n in counts.items()])
-    finally:
-        await admin.close()
-
-
 @contextmanager
 def probes(*workers: Probe) -> Iterator[tuple[Probe, ...]]:
     try:
@@ -119,7 +109,7 @@ def test_stock_and_tandem_share_a_group_then_it_switches_to_tandem(
     broker: EmbeddedBroker, unique: str, tmp_path: Path
 ) -> None:
     topic, app_id = f"upgrade-{unique}", f"upgrade-app-{unique}"
-    asyncio.run(_create_topics(broker.bootstrap, {topic: PARTITIONS}))
+    asyncio.run(create_topics(broker.bootstrap, {topic: PARTITIONS}))
     stock = Probe("stock", "stock", tmp_path, PROBE_WEB_PORT="6071")
     ours = Probe("tandem", "tandem", tmp_path, PROBE_WEB_PORT="6072")
     with probes(stock, ours):
@@ -152,7 +142,7 @@ def test_a_join_with_different_partition_counts_stops_the_worker(
     broker: EmbeddedBroker, unique: str, tmp_path: Path
 ) -> None:
     left, right = f"left-{unique}", f"right-{unique}"
-    asyncio.run(_create_topics(broker.bootstrap, {left: 4, right: 3}))
+    asyncio.run(create_topics(broker.bootstrap, {left: 4, right: 3}))
     worker = Probe("tandem", "mismatch", tmp_path, PROBE_JOIN_WITH=right, PROBE_WEB_PORT="6073")
     with probes(worker):
         worker.start(f"mismatch-{unique}", broker.bootstrap, left)
@@ -171,7 +161,7 @@ def test_a_new_group_of_tandem_workers_plans_with_tandem_and_shares_routing(
     broker: EmbeddedBroker, unique: str, tmp_path: Path
 ) -> None:
     topic, app_id = f"fresh-{unique}", f"fresh-app-{unique}"
-    asyncio.run(_create_topics(broker.bootstrap, {topic: PARTITIONS}))
+    asyncio.run(create_topics(broker.bootstrap, {topic: PARTITIONS}))
     one = Probe("tandem", "one", tmp_path, PROBE_WEB="1", PROBE_WEB_PORT=str(free_port()))
     two = Probe("tandem", "two", tmp_path, PROBE_WEB="1", PROBE_WEB_PORT=str(free_port()))
     with probes(one, two):

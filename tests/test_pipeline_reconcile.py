@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from app.broker import EmbeddedBroker
+from app.broker import EmbeddedBroker, create_topics
 from pipeline import join, reconcile
 from pipeline.reconcile import Report
-from tests.spark_fixtures import busy_traffic, create_topics, produce_values, spark_session
+from tests.spark_fixtures import busy_traffic, produce_values, spark_session
 
 WINDOW = ["--kind", "left", "--after", "30000", "--grace", "5000"]
 

@@ -10,11 +10,11 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from pyspark.sql import SparkSession
 
-from app.broker import EmbeddedBroker
+from app.broker import EmbeddedBroker, create_topics
 from pipeline.kafka import offsets
 from pipeline.partitioner import partitions_for
 from pipeline.source import advance, plan_spans
-from tests.spark_fixtures import create_topics, produce_values, spark_session
+from tests.spark_fixtures import produce_values, spark_session
 
 PARTITIONS = 3
 COUNT = 900

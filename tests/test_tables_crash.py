@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.broker import EmbeddedBroker
+from app.broker import EmbeddedBroker, create_topics
 from tables.changelog import JoinTables
 from tables.join import JoinType, JoinWindow, WindowedJoin
 from tables.keys import meta_key
@@ -23,7 +23,6 @@ from tables.kv import MemoryKV
 from tests.tables_helpers import (
     ad_data,
     comparable,
-    create_topics,
     dump,
     partition_of,
     produce,
