@@ -49,7 +49,7 @@ def table(workers: list[WorkerProcess]) -> None:
             f" joined={joined} lag={sum(v or 0 for v in view['lag'].values())}"
             f" last rebalance: kept={rebalance['kept']} warm={rebalance['moved_warm']}"
             f" cold={rebalance['moved_cold']} replayed={rebalance['replayed']}"
-            f" in {rebalance['seconds']}s"
+            + (f" in {rebalance['seconds']}s" if rebalance["seconds"] is not None else " (restoring)")
         )
 
 
