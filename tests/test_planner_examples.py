@@ -296,3 +296,22 @@ def test_an_absurd_partition_count_is_ignored_not_allocated() -> None:
     assignment = plan(scn)
     assert any("'audit' has partition count" in w for w in assignment["warnings"])
     assert _active(assignment, "w1", "clicks") == [0]
+
+
+def test_a_member_joining_many_lone_topics_takes_only_its_share() -> None:
+    """The 1M benchmark's join shape, scaled down: every quota is 0 or 1 per topic."""
+    members, topics, partitions = 60, 30, 60
+    names = [f"t{i}" for i in range(topics)]
+    scn: dict[str, Any] = {"topics": dict.fromkeys(names, partitions), "members": {}}
+    for i in range(members):
+        scn["members"][f"w{i:02d}"] = {
+            "topics": names,
+            "epoch": 3,
+            "previous_active": {t: list(range(i, partitions, members)) for t in names},
+        }
+    scn["members"]["new"] = {"topics": names}
+    result = plan_with_stats(scn)
+    share = topics * partitions // (members + 1)  # 29.5 -> the newcomer needs 29
+    assert result.stats.kept == topics * partitions - share
+    assert sorted(set(result.stats.actives.values())) == [share, share + 1]
+    check.task_owner(scn, result.assignment)

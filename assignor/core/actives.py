@@ -53,6 +53,10 @@ class _Residual:
 def place_actives(problem: ActiveProblem) -> np.ndarray:
     """New owner of every task (-1 only if its group has no eligible member)."""
     group_of = problem.group_of
+    if not problem.warm:
+        counted = _place_by_counts(problem, group_of)
+        if counted is not None:
+            return counted
     placed = np.full(len(problem.owner), -1, np.int64)
     residual = _fix_safe_keeps(problem, group_of, placed)
     open_tasks = placed < 0
@@ -215,3 +219,110 @@ def _place_unbounded(
         else:
             candidates = np.nonzero(problem.eligible[group_of[task]])[0]
             placed[task] = candidates[task % len(candidates)]
+
+
+MAX_CLASSES = 64  # beyond this many distinct member rows, the per-task flow is no slower
+
+
+def _place_by_counts(problem: ActiveProblem, group_of: np.ndarray) -> np.ndarray | None:
+    """Exact placement when no task has warm state: decide counts per member class.
+
+    Without warmth, tasks of one (group, owner) are interchangeable and only the
+    count a member gets in a group matters: it keeps min(held, count). Members with
+    identical rows (held, bounds) form a class; a small flow over (group, class)
+    decides how many of each group's extras (count above the lower bound) each class
+    gets, the most where an extra lets an owner keep a task; round-robin within the
+    class realises it (each member then within its total bounds). Aggregation is a
+    relaxation that is realised at equal value, so the kept count is the optimum.
+    Returns None (use the per-task flow) when classes are many or the flow fails.
+    """
+    groups, members = problem.eligible.shape
+    owner, lo, hi = problem.owner, problem.bounds.lo, problem.bounds.hi
+    owned = owner >= 0
+    held = np.bincount(
+        group_of[owned] * members + owner[owned], minlength=groups * members
+    ).reshape(groups, members)
+    rows = np.ascontiguousarray(
+        np.vstack([held, lo, hi, problem.bounds.total_lo, problem.bounds.total_hi]).T
+    )
+    first_of: dict[bytes, int] = {}  # hashing rows is much cheaper than sorting them
+    member_class = np.array(
+        [first_of.setdefault(r.tobytes(), len(first_of)) for r in rows], np.int64
+    )
+    if len(first_of) > MAX_CLASSES:
+        return None
+    classes = rows[np.unique(member_class, return_index=True)[1]]
+    extras = _class_extras(problem, classes, np.bincount(member_class), held, group_of)
+    if extras is None:
+        return None
+    counts = lo + _realise(extras, member_class, hi - lo)
+    return _keep_then_fill(owner, group_of, counts, held.shape)
+
+
+def _class_extras(
+    problem: ActiveProblem,
+    classes: np.ndarray,
+    sizes: np.ndarray,
+    held: np.ndarray,
+    group_of: np.ndarray,
+) -> np.ndarray | None:
+    """(group, class) -> number of the class's members that get an extra task there."""
+    groups = held.shape[0]
+    rep_held, rep_lo, rep_hi = (classes[:, k * groups : (k + 1) * groups].T for k in range(3))
+    total_lo, total_hi = classes[:, 3 * groups], classes[:, 3 * groups + 1]
+    n_classes = len(classes)
+    tasks = np.bincount(group_of, minlength=groups)
+    extras_needed = tasks - (rep_lo * sizes).sum(axis=1)
+    base = rep_lo.sum(axis=0)
+    gain = np.minimum(rep_held, rep_hi) - np.minimum(rep_held, rep_lo)  # 0 or 1
+    net = FlowNetwork()
+    (sink,) = net.nodes(1)
+    group_node, class_node = net.nodes(groups), net.nodes(n_classes)
+    net.supply(group_node, extras_needed)
+    net.supply([sink], [-int(extras_needed.sum())])
+    g_idx, c_idx = np.nonzero(rep_hi > rep_lo)
+    pair_arcs = net.arcs(
+        group_node[g_idx], class_node[c_idx], sizes[c_idx], cost=-gain[g_idx, c_idx]
+    )
+    low = sizes * np.maximum(total_lo - base, 0)
+    net.arcs(class_node, np.full(n_classes, sink), sizes * (total_hi - base), lower=low)
+    flows = net.solve()
+    if flows is None:
+        return None
+    extras = np.zeros((groups, n_classes), np.int64)
+    extras[g_idx, c_idx] = flows[pair_arcs]
+    return extras
+
+
+def _realise(extras: np.ndarray, member_class: np.ndarray, spare: np.ndarray) -> np.ndarray:
+    """Per (group, member) extra 0/1: each class's extras dealt round-robin over its members."""
+    given = np.zeros(spare.shape, np.int64)
+    for c in range(extras.shape[1]):
+        members = np.nonzero(member_class == c)[0]
+        sequence = np.repeat(np.arange(extras.shape[0]), extras[:, c])  # group per extra
+        slots = np.arange(len(sequence)) % len(members)
+        given[sequence, members[slots]] += 1
+    return np.minimum(given, spare)
+
+
+def _keep_then_fill(
+    owner: np.ndarray, group_of: np.ndarray, counts: np.ndarray, shape: tuple[int, int]
+) -> np.ndarray:
+    """Owners keep their lowest partitions up to their count; the rest fill the gaps."""
+    groups, members = shape
+    tasks = np.arange(len(owner))
+    placed = np.full(len(owner), -1, np.int64)
+    owned = np.nonzero(owner >= 0)[0]
+    pair = group_of[owned] * members + owner[owned]
+    order = np.lexsort((owned, pair))  # by (group, owner), then task
+    pair_sorted = pair[order]
+    starts = np.r_[0, np.nonzero(np.diff(pair_sorted))[0] + 1]
+    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    keep = owned[order][rank < counts.reshape(-1)[pair_sorted]]
+    placed[keep] = owner[keep]
+    kept = np.bincount(group_of[keep] * members + owner[keep], minlength=groups * members)
+    deficit = counts.reshape(-1) - kept  # row-major: grouped by group, then member
+    receivers = np.repeat(np.arange(groups * members) % members, deficit)
+    free = tasks[placed < 0]  # sorted by task id, so grouped by group
+    placed[free] = receivers[: len(free)]
+    return placed

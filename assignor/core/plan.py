@@ -320,7 +320,9 @@ def _active_lists(index: _Index, placed: np.ndarray) -> list[dict[str, list[int]
     active: list[dict[str, list[int]]] = [{} for _ in index.members]
     if len(placed) == 0:
         return active
-    order = np.argsort(placed, kind="stable")  # by member, then task (group, partition)
+    # By member, then task (group, partition); a narrow dtype lets numpy radix-sort.
+    narrow = placed.astype(np.int16) if len(index.members) < 2**15 - 1 else placed
+    order = np.argsort(narrow, kind="stable")
     owners = placed[order]
     group_of = np.repeat(np.arange(len(index.groups)), np.diff(index.offsets))
     groups = group_of[order]
