@@ -30,16 +30,11 @@ from assignor.core.quotas import Bounds
 
 @dataclass(slots=True)
 class ActiveProblem:
-    offsets: np.ndarray  # (G+1,): tasks of group g are offsets[g]..offsets[g+1]-1
+    group_of: np.ndarray  # (T,) group of each task; tasks are numbered group by group
     eligible: np.ndarray  # (G, M) bool
     bounds: Bounds
     owner: np.ndarray  # (T,) fenced previous owner, -1 if none or not eligible
     warm: dict[int, dict[int, int]]  # task -> {member: freshness}, owner excluded
-
-    @property
-    def group_of(self) -> np.ndarray:
-        sizes = np.diff(self.offsets)
-        return np.repeat(np.arange(len(sizes)), sizes)
 
 
 @dataclass(slots=True)

@@ -41,6 +41,7 @@ class _Index:
     offsets: np.ndarray  # (G+1,)
     members: list[str]
     eligible: np.ndarray  # (G, M) bool
+    group_of: np.ndarray  # (T,) group of each task
 
     def task(self, group: int, partition: int) -> int:
         return int(self.offsets[group]) + partition
@@ -69,7 +70,7 @@ def _plan(scn: Scenario) -> PlanResult:
     warm = _state_holders(scn, index, owner)
     sizes = np.diff(index.offsets)
     bounds = compute_bounds(sizes, index.eligible, [m.capacity for m in scn.members])
-    problem = ActiveProblem(index.offsets, index.eligible, bounds, owner.copy(), warm)
+    problem = ActiveProblem(index.group_of, index.eligible, bounds, owner.copy(), warm)
     placed = place_actives(problem)
     standbys = _standbys(scn, index, placed, warm)
     stats = _stats(index, placed, owner, warm, standbys)
@@ -97,7 +98,8 @@ def _index(scn: Scenario) -> _Index:
             rows.append(row)
     offsets = np.concatenate([[0], np.cumsum([g.size for g in placeable])]).astype(np.int64)
     eligible = np.array(rows, bool).reshape(len(rows), len(scn.members))
-    return _Index(placeable, offsets, [m.id for m in scn.members], eligible)
+    group_of = np.repeat(np.arange(len(placeable)), np.diff(offsets))
+    return _Index(placeable, offsets, [m.id for m in scn.members], eligible, group_of)
 
 
 def _warn_partial(scn: Scenario, group: Group, who: list[int], common: set[str]) -> None:
@@ -111,8 +113,7 @@ def _warn_partial(scn: Scenario, group: Group, who: list[int], common: set[str])
 
 
 def _eligible_for_task(index: _Index, owner: np.ndarray) -> np.ndarray:
-    group_of = np.repeat(np.arange(len(index.groups)), np.diff(index.offsets))
-    return index.eligible[group_of, np.maximum(owner, 0)]
+    return index.eligible[index.group_of, np.maximum(owner, 0)]
 
 
 def _fenced_owners(scn: Scenario, index: _Index) -> np.ndarray:
@@ -324,8 +325,7 @@ def _active_lists(index: _Index, placed: np.ndarray) -> list[dict[str, list[int]
     narrow = placed.astype(np.int16) if len(index.members) < 2**15 - 1 else placed
     order = np.argsort(narrow, kind="stable")
     owners = placed[order]
-    group_of = np.repeat(np.arange(len(index.groups)), np.diff(index.offsets))
-    groups = group_of[order]
+    groups = index.group_of[order]
     partitions = (order - index.offsets[groups]).tolist()
     cuts = np.nonzero((np.diff(owners) != 0) | (np.diff(groups) != 0))[0] + 1
     starts, ends = np.r_[0, cuts], np.r_[cuts, len(order)]
