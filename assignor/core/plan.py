@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +55,26 @@ def plan(raw: Any) -> dict[str, Any]:
 
 
 def plan_with_stats(raw: Any) -> PlanResult:
+    with _collector_paused():
+        return _plan_or_fall_back(raw)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Planning a million topic-partitions allocates millions of small acyclic
+    containers; the cyclic collector would walk the whole heap (the caller's
+    scenario included) several times for nothing, ~0.3-1 s at that size.
+    Reference counting still frees everything as it goes."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _plan_or_fall_back(raw: Any) -> PlanResult:
     try:
         return _plan(parse_scenario(raw))
     except Exception as exc:  # the last line of defence on a group leader
@@ -149,15 +171,20 @@ def _claims(scn: Scenario, index: _Index) -> tuple[np.ndarray, np.ndarray]:
     bases: list[int] = []
     claimant: list[int] = []
     offsets = index.offsets.tolist()
+    flat_tasks: list[np.ndarray] = []
+    flat_claimants: list[np.ndarray] = []
     for i, m in enumerate(scn.members):
         claimed = m.previous_active
-        groups = list(map(group_of_topic.get, claimed))
-        if None not in groups and len(set(groups)) == len(groups):
-            # One topic per group (lone topics): take the lists as they are.
-            chunks.extend(claimed.values())
-            bases.extend(map(offsets.__getitem__, groups))
-            claimant.extend([i] * len(groups))
+        flat = m.previous_active_flat
+        names = flat.names if flat is not None else list(claimed)
+        groups = list(map(group_of_topic.get, names))
+        if flat is not None and None not in groups and len(set(groups)) == len(groups):
+            # One topic per group (lone topics): the parser's arrays are the claims.
+            base = np.fromiter(map(offsets.__getitem__, groups), np.int64, len(groups))
+            flat_tasks.append(flat.values + np.repeat(base, flat.lengths))
+            flat_claimants.append(np.full(len(flat.values), i, np.int64))
             continue
+        groups = list(map(group_of_topic.get, claimed))
         per_group: dict[int, set[int]] = {}
         for g, partitions in zip(groups, claimed.values(), strict=True):
             if g is not None:  # claiming any partition of a task claims the task
@@ -168,9 +195,9 @@ def _claims(scn: Scenario, index: _Index) -> tuple[np.ndarray, np.ndarray]:
             claimant.append(i)
     lengths = np.fromiter(map(len, chunks), np.int64, len(chunks))
     flat = np.fromiter(itertools.chain.from_iterable(chunks), np.int64, int(lengths.sum()))
-    return flat + np.repeat(np.array(bases, np.int64), lengths), np.repeat(
-        np.array(claimant, np.int64), lengths
-    )
+    flat_tasks.append(flat + np.repeat(np.array(bases, np.int64), lengths))
+    flat_claimants.append(np.repeat(np.array(claimant, np.int64), lengths))
+    return np.concatenate(flat_tasks), np.concatenate(flat_claimants)
 
 
 def _warn_contested(
@@ -330,7 +357,10 @@ def _active_lists(index: _Index, placed: np.ndarray) -> list[dict[str, list[int]
     cuts = np.nonzero((np.diff(owners) != 0) | (np.diff(groups) != 0))[0] + 1
     starts, ends = np.r_[0, cuts], np.r_[cuts, len(order)]
     run_owner, run_group = owners[starts], groups[starts]
-    runs = list(map(partitions.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+    if len(starts) == len(order):  # one partition per run (many lone topics): no slicing
+        runs = list(map(list, zip(partitions)))
+    else:
+        runs = list(map(partitions.__getitem__, map(slice, starts.tolist(), ends.tolist())))
     # One entry per (run, topic of its group), ordered by member then topic name.
     names = sorted({t for g in index.groups for t in g.topics})
     rank = {t: i for i, t in enumerate(names)}
@@ -344,8 +374,13 @@ def _active_lists(index: _Index, placed: np.ndarray) -> list[dict[str, list[int]
     entry_topic = flat_topics[topic_start[run_group[entry_run]] + within]
     entry_owner = run_owner[entry_run]
     keep = np.nonzero(entry_owner >= 0)[0]
-    keep = keep[np.lexsort((entry_topic[keep], entry_owner[keep]))]
-    lists = list(map(runs.__getitem__, entry_run[keep].tolist()))
+    key = entry_owner[keep] * len(names) + entry_topic[keep]
+    if (np.diff(key) < 0).any():  # groups are not in topic-name order
+        keep = keep[np.argsort(key, kind="stable")]
+    if len(keep) == len(runs) and (entry_run[keep] == np.arange(len(runs))).all():
+        lists = runs  # one topic per run, already in order: the runs are the lists
+    else:
+        lists = list(map(runs.__getitem__, entry_run[keep].tolist()))
     if (width > 1).any():  # a run shared by several topics: one list object per topic
         lists = list(map(list, lists))
     topics = list(map(names.__getitem__, entry_topic[keep].tolist()))

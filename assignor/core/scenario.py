@@ -58,6 +58,18 @@ class Member:
     previous_active: Mapping[str, Collection[int]]
     previous_standby: Mapping[str, Collection[int]]
     local_offsets: Mapping[str, Mapping[int, int]]
+    # previous_active once more as arrays, when it was clean (the usual case), so the
+    # planner does not walk a million small lists twice.
+    previous_active_flat: FlatPartitions | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlatPartitions:
+    """topic -> partitions as arrays: names[i] lists values[starts[i]:starts[i] + lengths[i]]."""
+
+    names: list[str]
+    lengths: np.ndarray
+    values: np.ndarray
 
 
 @dataclass(slots=True)
@@ -95,7 +107,7 @@ def parse_scenario(raw: Any) -> Scenario:
     if not _is_int(standby) or standby < 0:
         warnings.add("standby", f"standby_replicas {standby!r} is not a non-negative integer; using 0")
         standby = 0
-    members = _parse_members(raw.get("members"), topics, changelogs, warnings)
+    members = _parse_members(raw.get("members"), topics, warnings)
     return Scenario(topics, groups, standby, members, warnings)
 
 
@@ -197,24 +209,36 @@ def _merge_overlapping(groups: list[list[str]], warnings: Warnings) -> list[list
     return merged
 
 
-def _parse_members(
-    raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
-) -> list[Member]:
+@dataclass(frozen=True, slots=True)
+class _Catalog:
+    """The topics, with what every member's check needs computed once, not per member."""
+
+    counts: dict[str, int]
+    names: frozenset[str]
+    largest: int  # the largest partition count
+    uniform: bool  # every topic has the same partition count
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> _Catalog:
+        largest = max(counts.values(), default=0)
+        return cls(counts, frozenset(counts), largest, len(set(counts.values())) <= 1)
+
+
+def _parse_members(raw: Any, topics: dict[str, int], warnings: Warnings) -> list[Member]:
     if not isinstance(raw, Mapping):
         warnings.add("members", "'members' is missing or not an object; no members")
         return []
+    catalog = _Catalog.of(topics)
     members = []
     for member_id in sorted(raw, key=str):
         if not isinstance(member_id, str):
             warnings.add("members", f"member id {member_id!r} is not a string; ignored")
             continue
-        members.append(_parse_member(member_id, raw[member_id], topics, changelogs, warnings))
+        members.append(_parse_member(member_id, raw[member_id], catalog, warnings))
     return members
 
 
-def _parse_member(
-    member_id: str, raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
-) -> Member:
+def _parse_member(member_id: str, raw: Any, catalog: _Catalog, warnings: Warnings) -> Member:
     if not isinstance(raw, Mapping):
         warnings.add(
             "member-data", f"member {member_id!r}: data unreadable; no subscription, no history"
@@ -224,23 +248,26 @@ def _parse_member(
     if subscription is None:
         warnings.add("member-data", f"member {member_id!r}: 'topics' missing or not a list of names")
         subscription = []
-    unknown = sorted(set(subscription) - set(topics))
+    unknown = sorted(set(subscription) - catalog.names)
     if unknown:
         warnings.add("unknown-topic", f"member {member_id!r} subscribes to unknown topics {unknown}")
+    previous_active, active_flat = _parse_partitions(
+        member_id, "previous_active", raw.get("previous_active"), catalog, warnings
+    )
+    previous_standby, _ = _parse_partitions(
+        member_id, "previous_standby", raw.get("previous_standby"), catalog, warnings
+    )
     return Member(
         id=member_id,
-        topics=frozenset(subscription) & frozenset(topics),
+        topics=catalog.names.intersection(subscription),
         host=_parse_label(member_id, "host", raw.get("host"), member_id, warnings),
         rack=_parse_label(member_id, "rack", raw.get("rack"), None, warnings),
         capacity=_parse_capacity(member_id, raw.get("capacity", 1), warnings),
         epoch=_parse_epoch(member_id, raw.get("epoch", 0), warnings),
-        previous_active=_parse_partitions(
-            member_id, "previous_active", raw.get("previous_active"), topics, warnings
-        ),
-        previous_standby=_parse_partitions(
-            member_id, "previous_standby", raw.get("previous_standby"), topics, warnings
-        ),
-        local_offsets=_parse_offsets(member_id, raw.get("local_offsets"), topics, warnings),
+        previous_active=previous_active,
+        previous_standby=previous_standby,
+        local_offsets=_parse_offsets(member_id, raw.get("local_offsets"), catalog.counts, warnings),
+        previous_active_flat=active_flat,
     )
 
 
@@ -272,16 +299,23 @@ def _parse_epoch(member_id: str, value: Any, warnings: Warnings) -> int:
 
 
 def _parse_partitions(
-    member_id: str, name: str, raw: Any, topics: dict[str, int], warnings: Warnings
-) -> dict[str, Collection[int]]:
+    member_id: str, name: str, raw: Any, catalog: _Catalog, warnings: Warnings
+) -> tuple[Mapping[str, Collection[int]], FlatPartitions | None]:
     if raw is None:
-        return {}
+        return {}, None
     if not isinstance(raw, Mapping):
         warnings.add("member-data", f"member {member_id!r}: {name} is not an object; ignored")
-        return {}
-    fast = _clean_member_partitions(raw, topics)
+        return {}, None
+    fast = _clean_member_partitions(raw, catalog)
     if fast is not None:
         return fast
+    return _checked_partitions(member_id, name, raw, catalog.counts, warnings), None
+
+
+def _checked_partitions(
+    member_id: str, name: str, raw: Mapping[Any, Any], topics: dict[str, int], warnings: Warnings
+) -> dict[str, Collection[int]]:
+    """One list at a time, with a warning for each odd one."""
     result: dict[str, Collection[int]] = {}
     for topic, partitions in raw.items():
         count = topics.get(topic) if isinstance(topic, str) else None
@@ -309,8 +343,8 @@ _LIST_ONLY = {list}
 
 
 def _clean_member_partitions(
-    raw: Mapping[str, Any], topics: dict[str, int]
-) -> dict[str, Collection[int]] | None:
+    raw: Mapping[str, Any], catalog: _Catalog
+) -> tuple[Mapping[str, Collection[int]], FlatPartitions] | None:
     """All of a member's lists checked at once, at C speed; None if anything is odd.
 
     A member of a large group lists hundreds of topics: a Python-level check per
@@ -318,24 +352,29 @@ def _clean_member_partitions(
     """
     names = list(raw)
     lists = list(raw.values())
-    if not names or not set(names) <= topics.keys() or not set(map(type, lists)) <= _LIST_ONLY:
-        return None if names else {}
+    if not names:
+        return {}, FlatPartitions([], np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if not catalog.names.issuperset(names) or not set(map(type, lists)) <= _LIST_ONLY:
+        return None
     flat = list(itertools.chain.from_iterable(lists))
     if flat and not set(map(type, flat)) <= _INT_ONLY:
         return None
-    if flat and (min(flat) < 0 or max(flat) >= max(topics.values())):
+    if flat and (min(flat) < 0 or max(flat) >= catalog.largest):
         return None  # also keeps numbers beyond int64 away from numpy
-    lengths = list(map(len, lists))
+    lengths = np.fromiter(map(len, lists), np.int64, len(lists))
     values = np.array(flat, np.int64)
-    limits = np.repeat(np.fromiter(map(topics.__getitem__, names), np.int64, len(names)), lengths)
-    if len(values) and (values.min() < 0 or (values >= limits).any()):
-        return None
+    if not catalog.uniform:  # else the max() check above covered every topic
+        limits = np.fromiter(map(catalog.counts.__getitem__, names), np.int64, len(names))
+        if (values >= np.repeat(limits, lengths)).any():
+            return None
     # Lists are kept as given (never mutated): converting a million of them costs more
     # than the rest of planning; duplicates inside one are harmless downstream.
-    result = dict(zip(names, lists, strict=True))
-    if 0 in lengths:
-        result = {t: ps for t, ps in result.items() if ps}
-    return result
+    result: Mapping[str, Collection[int]]
+    if not lengths.all():
+        result = {t: ps for t, ps in raw.items() if ps}
+    else:  # the caller's own dict (read, never written): a copy per member adds up
+        result = raw if type(raw) is dict else dict(raw)
+    return result, FlatPartitions(names, lengths, values)
 
 
 def _clean_partitions(partitions: Any, count: int) -> bool:
