@@ -315,3 +315,31 @@ def test_a_member_joining_many_lone_topics_takes_only_its_share() -> None:
     assert result.stats.kept == topics * partitions - share
     assert sorted(set(result.stats.actives.values())) == [share, share + 1]
     check.task_owner(scn, result.assignment)
+
+
+def test_the_garbage_collector_is_paused_only_while_planning(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    import assignor.core.plan as planner
+
+    seen: list[bool] = []
+    real = planner.place_actives
+
+    def spy(problem: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(problem)
+
+    monkeypatch.setattr(planner, "place_actives", spy)
+    scn = _join_scenario({"w1": [0, 1], "w2": [2, 3]}, partitions=4)
+    assert gc.isenabled()
+    plan(scn)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()  # a caller that disabled it keeps it disabled
+    try:
+        plan(scn)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    monkeypatch.setattr(planner, "place_actives", lambda _p: 1 / 0)
+    assert "internal planner error" in plan(scn)["warnings"][0]
+    assert gc.isenabled()  # restored after the fallback too
