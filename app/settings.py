@@ -37,6 +37,8 @@ class Settings:
     session_timeout_ms: int
     heartbeat_ms: int
     request_timeout_ms: int
+    fetch_max_wait_ms: int
+    follower_sync_delay_ms: int
     topic_prefix: str
     assignor: str
     state: str
@@ -89,6 +91,11 @@ def from_env() -> Settings:
         session_timeout_ms=_int("TANDEM_SESSION_TIMEOUT_MS", 10000),
         heartbeat_ms=_int("TANDEM_HEARTBEAT_MS", 1000),
         request_timeout_ms=_int("TANDEM_REQUEST_TIMEOUT_MS", 30000),
+        # Faust's own value; the embedded broker needs a short one (docs/embedded-broker.md).
+        fetch_max_wait_ms=_int("TANDEM_FETCH_MAX_WAIT_MS", 1500),
+        # 0 on Kafka; on the embedded broker, a follower that syncs before the leader
+        # waits a whole second (docs/embedded-broker.md).
+        follower_sync_delay_ms=_int("TANDEM_FOLLOWER_SYNC_DELAY_MS", 0),
         topic_prefix=_env("TANDEM_TOPIC_PREFIX", ""),
         assignor=_env("TANDEM_ASSIGNOR", "tandem"),
         # "tables" (RocksDB, tables/) or "interim" (in-memory + files, app/state.py).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -21,6 +22,8 @@ from tables.records import Rejected, Side, validate
 # Input batches: up to this many records, or what arrived within this time.
 BATCH_MAX = 500
 BATCH_WITHIN_S = 0.05
+
+log = logging.getLogger(__name__)
 
 
 class Worker:
@@ -40,6 +43,10 @@ class Worker:
         self.dead_letters = 0
         self.outputs = 0
         self.rebalances = 0
+        # Partitions this worker took over in the last rebalance and has not yet emitted
+        # a result for: the log says when each produces again (the failover timeline).
+        self._awaiting_first: set[int] = set()
+        self._received: set[int] = set()
         # Read by the assignor on the consumer's thread at every JoinGroup: a cached
         # value, replaced whole (thread-safe), refreshed on the event loop.
         self.local_offsets: dict[str, dict[int, int]] = {}
@@ -75,9 +82,16 @@ class Worker:
                 letters.append(await self._dead_letter(message, checked.reason))
             else:
                 by_partition.setdefault(message.partition, []).append((side, checked))
+        for partition in self._awaiting_first & by_partition.keys() - self._received:
+            self._received.add(partition)
+            log.info("tandem: partition %s: first records after takeover received", partition)
         await self.ensure_started()
         for partition, items in by_partition.items():
+            before = self.outputs
             await self.state.process_batch(partition, items, self._emit)
+            if partition in self._awaiting_first and self.outputs > before:
+                self._awaiting_first.discard(partition)
+                log.info("tandem: partition %s: first result after takeover acked", partition)
         await asyncio.gather(*letters)
         self.dead_letters += len(letters)
 
@@ -111,9 +125,7 @@ class Worker:
             "value": value.decode("utf-8", "replace"),
         }
         topic = self.settings.dead_letters
-        return await self.app.producer.send(
-            topic, message.key, json.dumps(letter).encode(), None, None, None
-        )
+        return await self.app.producer.send(topic, message.key, json.dumps(letter).encode(), None, None, None)
 
     async def on_assigned(self, assigned: set[TP]) -> None:
         await self.ensure_started()
@@ -123,8 +135,13 @@ class Worker:
         # Stock Faust lists standbys under the inputs, Tandem under the changelog too.
         topics = {s.impressions, s.clicks, s.changelog}
         standby = {tp.partition for tp in self.app.assignor.assigned_standbys() if tp.topic in topics}
+        moved = active - set(self.state.active)
+        log.info("tandem: assigned actives %s standbys %s: restoring", sorted(active), sorted(standby))
         await self.state.on_assignment(active, standby)
         self.refresh_local_offsets()
+        self._awaiting_first = (self._awaiting_first & active) | moved
+        self._received -= moved
+        log.info("tandem: restored %s", self.state.rebalance.as_dict())
 
     def view(self) -> dict[str, Any]:
         """This worker's view of the group (JSON of /tandem/)."""
@@ -229,7 +246,50 @@ def build(settings: Settings) -> faust.App:
     _register(app, worker, settings)
     if settings.assignor == "tandem":
         _install_tandem(app, worker, settings)
+    _tune_consumer(app, settings)
     return app
+
+
+def _tune_consumer(app: faust.App, settings: Settings) -> None:
+    """Group consumer settings Faust does not expose (docs/embedded-broker.md), for either
+    assignor: the fetch wait, and an optional pause before a follower's SyncGroup."""
+    base = app.transport.Consumer
+    fetch_max_wait_ms = settings.fetch_max_wait_ms
+
+    class TunedConsumer(base):  # type: ignore[misc, valid-type]
+        def _new_consumer_thread(self) -> Any:
+            thread = super()._new_consumer_thread()
+            create = thread._create_worker_consumer
+
+            def create_tuned(transport: Any) -> Any:
+                consumer = create(transport)
+                # Faust hard-codes 1500 ms; read by the fetcher made in consumer.start().
+                consumer._fetch_max_wait_ms = fetch_max_wait_ms
+                return consumer
+
+            thread._create_worker_consumer = create_tuned
+            return thread
+
+    app.transport.Consumer = TunedConsumer
+    if settings.follower_sync_delay_ms > 0:
+        _delay_follower_sync(settings.follower_sync_delay_ms / 1000)
+
+
+def _delay_follower_sync(seconds: float) -> None:
+    """Send a follower's SyncGroup `seconds` after its JoinGroup answer, so that it reaches
+    the embedded broker after the leader's (this process has one group consumer)."""
+    from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
+
+    original = CoordinatorGroupRebalance._on_join_follower
+    if getattr(original, "tandem_delay", None) is not None:
+        return
+
+    async def on_join_follower(self: Any) -> Any:
+        await asyncio.sleep(seconds)
+        return await original(self)
+
+    on_join_follower.tandem_delay = seconds  # type: ignore[attr-defined]
+    CoordinatorGroupRebalance._on_join_follower = on_join_follower  # type: ignore[method-assign]
 
 
 def _install_tandem(app: faust.App, worker: Worker, settings: Settings) -> None:
@@ -266,9 +326,7 @@ def _faust_settings(settings: Settings) -> dict[str, Any]:
 
 
 def _register(app: faust.App, worker: Worker, settings: Settings) -> None:
-    inputs = app.topic(
-        settings.impressions, settings.clicks, key_serializer="raw", value_serializer="raw"
-    )
+    inputs = app.topic(settings.impressions, settings.clicks, key_serializer="raw", value_serializer="raw")
 
     @app.agent(inputs, name="ad-join")
     async def join(stream: faust.StreamT[bytes]) -> None:
@@ -278,6 +336,7 @@ def _register(app: faust.App, worker: Worker, settings: Settings) -> None:
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: faust.App, revoked: set[TP], **kwargs: Any) -> None:
+        log.info("tandem: rebalance started")
         worker.state.rebalance_started()
 
     @app.on_partitions_assigned.connect

@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import datetime
+import re
 import statistics
 import sys
 import tempfile
@@ -41,7 +43,6 @@ from app.topics import create_topics  # noqa: E402
 from app.traffic import Traffic, run_traffic  # noqa: E402
 
 PARTITIONS = 6
-SESSION_S = FAST_GROUP_SETTINGS["session_timeout_ms"] / 1000
 LABELS = [("w1", "host-a", "rack-1"), ("w2", "host-b", "rack-2"), ("w3", "host-a", "rack-1")]
 
 
@@ -76,9 +77,21 @@ async def one_run(
     )
     await create_topics(broker.bootstrap, settings)
     workers = [
-        WorkerProcess(name, host, rack, broker.bootstrap, settings.app_id, run_dir / uid,
-                      standby_replicas=standbys, partitions=PARTITIONS,
-                      topic_prefix=settings.topic_prefix, assignor=assignor)
+        WorkerProcess(
+            name,
+            host,
+            rack,
+            broker.bootstrap,
+            settings.app_id,
+            run_dir / uid,
+            standby_replicas=standbys,
+            partitions=PARTITIONS,
+            topic_prefix=settings.topic_prefix,
+            assignor=assignor,
+            session_timeout_ms=args.session_ms,
+            heartbeat_ms=args.heartbeat_ms,
+            follower_sync_delay_ms=args.sync_delay_ms,
+        )
         for name, host, rack in LABELS
     ]
     try:
@@ -110,9 +123,10 @@ async def measure(
     killed_at = time.time()
     outputs.mark = killed_at
     victim.kill()
-    took_over = await wait_until(lambda: covered(survivors, PARTITIONS), 45, 0.2)
+    say(f"  killed {victim.name} at {killed_at:.3f}")
+    took_over = await wait_until(lambda: covered(survivors, PARTITIONS), 45, 0.05)
     takeover_s = time.time() - killed_at if took_over else None
-    await wait_until(lambda: all(p in outputs.first_after for p in lost), 20, 0.2)
+    await wait_until(lambda: all(p in outputs.first_after for p in lost), 20, 0.05)
     after = await asyncio.to_thread(views, survivors)
     stop.set()
     await asyncio.wait_for(producer, 30)
@@ -120,18 +134,46 @@ async def measure(
     await asyncio.wait_for(reader, 10)
     sizes = await changelog_sizes(bootstrap, settings.changelog, lost)
     result = summarize(lost, outputs, killed_at, takeover_s, after, sizes)
+    result["timeline"] = {w.name: timeline(w.log_path, killed_at) for w in survivors}
     result["victim"] = victim.name
     result["before"] = _layout(before)
     result["after"] = _layout(after)
     return result
 
 
+# Survivor log lines that mark the steps of a takeover (aiokafka, Faust, app/worker.py).
+STEPS = {
+    "heartbeat": "because it is rebalancing",
+    "joined": "Joined group",
+    "synced": "Successfully synced group",
+    "assigned": "tandem: assigned actives",
+    "restored": "tandem: restored",
+    "received": "first records after takeover received",
+    "first result": "first result after takeover acked",
+}
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+
+
+def timeline(log_path: Path, since: float) -> dict[str, float]:
+    """Seconds after `since` at which a survivor's log first shows each step."""
+    found: dict[str, float] = {}
+    for line in log_path.read_text(errors="replace").splitlines():
+        stamp = _STAMP.match(line)
+        if stamp is None:
+            continue
+        at = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if at < since:
+            continue
+        for step, text in STEPS.items():
+            if step not in found and text in line:
+                found[step] = round(at - since, 2)
+    return found
+
+
 def _layout(found: dict[str, dict[str, Any] | None]) -> str:
     """`w1@host-a a[0, 1] s[4]; ...`: actives and standbys per worker."""
     return "; ".join(
-        f"{name}@{v['host']} a{v['actives']} s{v['standbys']}"
-        for name, v in found.items()
-        if v is not None
+        f"{name}@{v['host']} a{v['actives']} s{v['standbys']}" for name, v in found.items() if v is not None
     )
 
 
@@ -188,13 +230,14 @@ def fmt(value: float | None) -> str:
 
 
 def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace) -> str:
+    session_s = args.session_ms / 1000
     lines = [
         "| assignor | standbys | killed | lost partitions (warm / cold) | takeover s "
         "| first join s | replayed for warm | replayed for cold (their size) | goal |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for assignor, standbys, r in rows:
-        goal = r["first_join_s"] is not None and r["first_join_s"] <= SESSION_S + 2
+        goal = r["first_join_s"] is not None and r["first_join_s"] <= session_s + 2
         goal_text = ("yes" if goal else "no") if standbys else "n/a"
         lines.append(
             f"| {assignor} | {standbys} | {r['victim']} | {r['lost']} ({r['warm']} / {r['cold']}) "
@@ -203,13 +246,23 @@ def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace
         )
     lines += ["", "Placement before and after each kill (a = actives, s = standbys):", ""]
     for assignor, standbys, r in rows:
-        lines.append(f"- {assignor}/{standbys}: killed {r['victim']}; before: {r['before']}; "
-                     f"after: {r['after']}")
+        lines.append(
+            f"- {assignor}/{standbys}: killed {r['victim']}; before: {r['before']}; after: {r['after']}"
+        )
+    lines += ["", "Survivors' logs, seconds after the kill (first line of each step):", ""]
+    for assignor, standbys, r in rows:
+        steps = "; ".join(
+            f"{name} " + ", ".join(f"{k} {v:.2f}" for k, v in t.items()) for name, t in r["timeline"].items()
+        )
+        lines.append(f"- {assignor}/{standbys}, killed {r['victim']}: {steps}")
     lines.append("")
     for assignor in ("tandem", "stock"):
         for standbys in (0, 1):
-            firsts = [r["first_join_s"] for a, s, r in rows
-                      if a == assignor and s == standbys and r["first_join_s"] is not None]
+            firsts = [
+                r["first_join_s"]
+                for a, s, r in rows
+                if a == assignor and s == standbys and r["first_join_s"] is not None
+            ]
             replays = [r["replayed"] for a, s, r in rows if a == assignor and s == standbys]
             if firsts:
                 lines.append(
@@ -218,7 +271,8 @@ def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace
                     f"{statistics.median(replays):.0f} records"
                 )
     lines.append(
-        f"\nSession timeout {SESSION_S:.0f} s (goal: first join within {SESSION_S + 2:.0f} s); "
+        f"\nSession timeout {session_s:g} s, heartbeat {args.heartbeat_ms / 1000:g} s "
+        f"(goal: first join within {session_s + 2:g} s); "
         f"traffic {args.rate:.0f} impressions/s, warm-up {args.warmup:.0f} s, "
         f"preload {args.preload} impressions, "
         f"{args.repeats} run(s) per configuration."
@@ -229,14 +283,14 @@ def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace
 async def bench(args: argparse.Namespace) -> str:
     run_dir = Path(tempfile.mkdtemp(prefix="tandem-bench-"))
     rows: list[tuple[str, int, dict[str, Any]]] = []
+    say(f"run directory (worker logs): {run_dir}")
     with EmbeddedBroker(log_dir=run_dir) as broker:
         for repeat in range(args.repeats):
             # Each repeat kills the next worker: w1 and w3 share host-a, w2 is alone on host-b.
             args.victim = args.kill or LABELS[repeat % len(LABELS)][0]
             for config in args.configs.split(","):
                 assignor, standbys = config.split(":")[0], int(config.split(":")[1])
-                say(f"run {repeat + 1}: assignor {assignor}, standby replicas {standbys}, "
-                    f"kill {args.victim}")
+                say(f"run {repeat + 1}: assignor {assignor}, standby replicas {standbys}, kill {args.victim}")
                 result = await one_run(broker, assignor, standbys, args, run_dir)
                 say(f"  {result}")
                 rows.append((assignor, standbys, result))
@@ -249,11 +303,23 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=60.0, help="impressions per second")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of traffic before")
     parser.add_argument("--write", type=Path, help="also write the table to this file")
-    parser.add_argument("--configs", default="tandem:1,tandem:0,stock:1,stock:0",
-                        help="assignor:standbys pairs, comma separated")
-    parser.add_argument("--preload", type=int, default=0,
-                        help="impressions processed before the warm-up (a large state)")
+    parser.add_argument(
+        "--configs",
+        default="tandem:1,tandem:0,stock:1,stock:0",
+        help="assignor:standbys pairs, comma separated",
+    )
+    parser.add_argument(
+        "--preload", type=int, default=0, help="impressions processed before the warm-up (a large state)"
+    )
     parser.add_argument("--kill", help="always kill this worker (w1, w2 or w3)")
+    parser.add_argument(
+        "--session-ms",
+        type=int,
+        default=FAST_GROUP_SETTINGS["session_timeout_ms"],
+        help="the workers' session timeout (default: the embedded broker's)",
+    )
+    parser.add_argument("--heartbeat-ms", type=int, default=FAST_GROUP_SETTINGS["heartbeat_interval_ms"])
+    parser.add_argument("--sync-delay-ms", type=int, default=FAST_GROUP_SETTINGS["follower_sync_delay_ms"])
     args = parser.parse_args()
     table = asyncio.run(bench(args))
     print(table)
