@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rocksdict import Options, Rdict
@@ -159,15 +160,13 @@ async def tandem_join(bootstrap: str, names: dict[str, str], partitions: int, da
     async def handle(partition: int, parts: list[tuple[str, list[Any]]]) -> None:
         join = tables.operator(partition)
         out: list[tuple[bytes | None, bytes | None]] = []
+        process, dumps = join.process, orjson.dumps
         for topic, records in parts:
             side = "left" if topic == names["left"] else "right"
             for record in records:
                 value = validate(side, record.key, record.value, None)
                 if not isinstance(value, Rejected):
-                    out += [
-                        (r["auction_id"].encode(), json.dumps(r).encode())
-                        for r in join.process(side, value)
-                    ]
+                    out += [(r["auction_id"].encode(), dumps(r)) for r in process(side, value)]
             join.set_input_offset(topic, records[-1].offset + 1)
         await send_records(producer, names["output"], partition, out)
         await tables.commit(partition)
@@ -182,19 +181,18 @@ class FaustStyleTable:
     """A join written the usual way on Faust tables: one table keyed by auction_id whose
     value (JSON) holds the impressions and clicks seen; every update rewrites the whole value
     in RocksDB (Faust's rocksdb store does one put per set) and sends it to the changelog
-    with one `send()` per update (what `table[key] = value` does)."""
+    with one `send()` per update (what `table[key] = value` does). JSON by orjson, as
+    Faust's json codec does when orjson is installed (faust/utils/json.py)."""
 
     def __init__(self, path: Path, producer: AIOKafkaProducer, changelog: str) -> None:
         self.db = Rdict(str(path), Options(raw_mode=True))
         self.producer = producer
         self.changelog = changelog
 
-    async def process(
-        self, partition: int, side: str, event: dict[str, Any]
-    ) -> list[dict[str, Any]]:
+    async def process(self, partition: int, side: str, event: dict[str, Any]) -> list[dict[str, Any]]:
         key = event["auction_id"].encode()
         raw = self.db.get(key)
-        value = json.loads(raw) if raw else {"left": [], "right": []}
+        value = orjson.loads(raw) if raw else {"left": [], "right": []}
         if any(e["event_id"] == event["event_id"] for e in value[side]):
             return []
         other = "right" if side == "left" else "left"
@@ -209,21 +207,17 @@ class FaustStyleTable:
                     }
                 )
         value[side].append(event)
-        encoded = json.dumps(value).encode()
+        encoded = orjson.dumps(value)
         self.db.put(key, encoded)
         await self.producer.send(self.changelog, encoded, key=key, partition=partition)
         return results
 
 
-async def faust_style_join(
-    bootstrap: str, names: dict[str, str], partitions: int, data: Path
-) -> Rates:
+async def faust_style_join(bootstrap: str, names: dict[str, str], partitions: int, data: Path) -> Rates:
     await create_changelog_topic(bootstrap, names["changelog"], partitions)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
-    tables = {
-        p: FaustStyleTable(data / str(p), producer, names["changelog"]) for p in range(partitions)
-    }
+    tables = {p: FaustStyleTable(data / str(p), producer, names["changelog"]) for p in range(partitions)}
 
     async def handle(partition: int, parts: list[tuple[str, list[Any]]]) -> None:
         for topic, records in parts:
@@ -233,9 +227,7 @@ async def faust_style_join(
                 if isinstance(value, Rejected):
                     continue
                 for result in await tables[partition].process(partition, side, value):
-                    await producer.send(
-                        names["output"], json.dumps(result).encode(), partition=partition
-                    )
+                    await producer.send(names["output"], orjson.dumps(result), partition=partition)
         await producer.flush()
 
     rates = await consume_all(bootstrap, [names["left"], names["right"]], partitions, handle)
@@ -349,9 +341,7 @@ async def bench_restore(records: int, tail_fraction: float, work: Path) -> list[
         topic = "restore-changelog"
         await create_changelog_topic(broker.bootstrap, topic, 1)
         writer_dir, local_dir = work / "writer", work / "local"
-        writer = JoinTables(
-            broker.bootstrap, topic, writer_dir, window=WINDOW, join_type=JoinType.INNER
-        )
+        writer = JoinTables(broker.bootstrap, topic, writer_dir, window=WINDOW, join_type=JoinType.INNER)
         await writer.start()
         await writer.on_assignment({0}, set())
         snapshot_at = int(records * (1 - tail_fraction))
@@ -374,9 +364,7 @@ async def bench_restore(records: int, tail_fraction: float, work: Path) -> list[
 
         timings = {}
         for name, data_dir in (("local files + tail", local_dir), ("full replay", work / "empty")):
-            tables = JoinTables(
-                broker.bootstrap, topic, data_dir, window=WINDOW, join_type=JoinType.INNER
-            )
+            tables = JoinTables(broker.bootstrap, topic, data_dir, window=WINDOW, join_type=JoinType.INNER)
             await tables.start()
             started = time.perf_counter()
             await tables.on_assignment({0}, set())
@@ -414,25 +402,19 @@ def main() -> None:
         if args.only in (None, "throughput"):
             print(
                 "\n## Throughput\n\n"
-                + "\n".join(
-                    asyncio.run(bench_throughput(args.records, args.partitions, args.rounds, work))
-                ),
+                + "\n".join(asyncio.run(bench_throughput(args.records, args.partitions, args.rounds, work))),
                 flush=True,
             )
         if args.only in (None, "restore"):
             print(
                 "\n## Restore\n\n"
-                + "\n".join(
-                    asyncio.run(bench_restore(args.restore_records, args.tail_fraction, work))
-                ),
+                + "\n".join(asyncio.run(bench_restore(args.restore_records, args.tail_fraction, work))),
                 flush=True,
             )
         if args.only in (None, "memory"):
             print(
                 "\n## Memory\n\n"
-                + "\n".join(
-                    bench_memory(args.memory_keys, args.memory_step, work, args.memory_path)
-                ),
+                + "\n".join(bench_memory(args.memory_keys, args.memory_step, work, args.memory_path)),
                 flush=True,
             )
 

@@ -87,18 +87,26 @@ async def send_records(
     records: Sequence[tuple[bytes | None, bytes | None]],
 ) -> int | None:
     """Produce (key, value) records to one partition in order, as whole record batches
-    (far cheaper than one send() each), and wait for the acks. Returns the last offset."""
+    (far cheaper than one send() each), and wait for the acks. Returns the last offset.
+
+    Each batch is closed before it is handed over: a closed batch is sent at once,
+    an open one would wait out the producer's `linger_ms` first."""
     if not records:
         return None
     batches: list[tuple[BatchBuilder, int]] = []
     batch = producer.create_batch()
+    append = batch.append
     for key, value in records:
-        if batch.append(key=key, value=value, timestamp=None) is None:
+        if append(key=key, value=value, timestamp=None) is None:
             batches.append((batch, batch.record_count()))
             batch = producer.create_batch()
-            batch.append(key=key, value=value, timestamp=None)
+            append = batch.append
+            append(key=key, value=value, timestamp=None)
     batches.append((batch, batch.record_count()))
-    sent = [(await producer.send_batch(b, topic, partition=partition), n) for b, n in batches]
+    sent = []
+    for b, n in batches:
+        b.close()
+        sent.append((await producer.send_batch(b, topic, partition=partition), n))
     last = -1
     for future, count in sent:
         ack = await future
@@ -273,9 +281,7 @@ class JoinTables:
         for partition in partitions:
             self.replayed[partition] = self._tasks[partition].replayed
 
-    async def _replay_to_high_watermark(
-        self, consumer: AIOKafkaConsumer, partitions: list[int]
-    ) -> None:
+    async def _replay_to_high_watermark(self, consumer: AIOKafkaConsumer, partitions: list[int]) -> None:
         pending = {TopicPartition(self.changelog_topic, p) for p in partitions}
         # A stall, not a long restore, is an error: the deadline moves with progress.
         deadline = time.monotonic() + self.restore_timeout_s
@@ -305,9 +311,7 @@ class JoinTables:
             return
         log.warning("changelog %s ends before local checkpoint; rebuilding", tp)
         task.store.destroy()
-        fresh = self._new_task(
-            PartitionStore(self._path(tp.partition), self.sync_writes), task.role
-        )
+        fresh = self._new_task(PartitionStore(self._path(tp.partition), self.sync_writes), task.role)
         self._tasks[tp.partition] = fresh
         consumer.seek(tp, 0)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tables import keys
-from tables.keys import RecordKey
+from tables.keys import BYTE_SIDE, RecordKey
 from tables.kv import KV
 from tables.records import Side
 
@@ -98,8 +98,21 @@ def output_record(
     }
 
 
+_STREAM_TIME_KEY = keys.meta_key("stream_time")
+_RECORD_LEFT = keys.RECORD + keys.SIDE_BYTE["left"]
+_RECORD_RIGHT = keys.RECORD + keys.SIDE_BYTE["right"]
+_pack_time = keys.TIME.pack
+_unpack_time = keys.TIME.unpack_from
+_pack_len = keys.LEN.pack
+_BIAS = keys.TIME_BIAS
+
+
 class WindowedJoin:
-    """The join of one task (partition) over its state."""
+    """The join of one task (partition) over its state.
+
+    The per-record path (`process`) is written flat, with the key layout of
+    tables/keys.py inlined: it runs once per input record and its cost is the
+    join's throughput (docs/bench/tables.md)."""
 
     def __init__(
         self,
@@ -114,7 +127,11 @@ class WindowedJoin:
         self._changes: dict[bytes, bytes] = {}
         self._dirty_meta: set[str] = set()
         # Lower bounds of the earliest entry of each time index: skip scans until due.
+        # UNMATCHED is a legacy index (see _expire): scanned once, then only if written.
         self._due = {keys.UNMATCHED: -_NEVER, keys.EXPIRY: -_NEVER}
+        w = self.window
+        self._closes = {"left": w.after + w.grace, "right": w.before + w.grace}
+        self._retention = w.before + w.after + w.grace
         self.stream_time: int | None = self._meta("stream_time")
         self.late = self._meta("late") or 0
         self.duplicates = self._meta("duplicates") or 0
@@ -124,83 +141,129 @@ class WindowedJoin:
     def process(self, side: Side, record: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Output records caused by one validated input record (tables.records.validate)."""
         ts: int = record["ts"]
-        if self.stream_time is not None and self.window.closes_at(side, ts) < self.stream_time:
+        now = self.stream_time
+        if now is not None and ts + self._closes[side] < now:
             self._count("late")
             return []
-        if self.state.get(keys.event_key(side, record["event_id"])) is not None:
+        state = self.state
+        event_id: str = record["event_id"]
+        raw_event = event_id.encode()
+        left = side == "left"
+        event_key = (b"eL" if left else b"eR") + raw_event
+        if state.get(event_key) is not None:
             self._count("duplicates")
             return []
-        results = self._advance(ts, emit=True)
-        matches = self._match(side, record)
-        payload = record["campaign_id"].encode() if side == "left" else b""
-        flag = MATCHED_FLAG if matches else UNMATCHED_FLAG
-        stored = RecordKey(side, record["auction_id"], ts, record["event_id"])
-        key = keys.record_key(side, stored.auction_id, ts, stored.event_id)
-        self._write_record(key, flag + payload, stored)
-        return results + matches
+        if now is None or ts > now:
+            self.stream_time = ts
+            state.put(_STREAM_TIME_KEY, _pack_time(ts + _BIAS))
+            due = self._due
+            expiring = due[keys.EXPIRY] < ts or due[keys.UNMATCHED] < ts
+            results = self._expire(True) if expiring else []
+        else:
+            results = []
 
-    def _match(self, side: Side, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-        other = OTHER[side]
-        lo, hi = self.window.match_range(side, record["ts"])
-        prefix = keys.key_prefix(other, record["auction_id"])
+        # Partners: the other side's records of this join key within the window.
+        auction_id: str = record["auction_id"]
+        raw_auction = auction_id.encode()
+        joined = _pack_len(len(raw_auction)) + raw_auction
+        window = self.window
+        if left:
+            other_prefix = _RECORD_RIGHT + joined
+            lo, hi = ts - window.before, ts + window.after
+        else:
+            other_prefix = _RECORD_LEFT + joined
+            lo, hi = ts - window.after, ts + window.before
         found = list(
-            self.state.scan(prefix + keys.encode_time(lo), prefix + keys.encode_time(hi + 1))
+            state.scan(other_prefix + _pack_time(lo + _BIAS), other_prefix + _pack_time(hi + 1 + _BIAS))
         )
-        results = []
-        for key, value in found:
-            stored = keys.parse_record_key(key)
-            if side == "left":
-                left = (record["event_id"], record["campaign_id"], record["ts"])
-                right = (stored.event_id, stored.ts)
-            else:
-                left = (stored.event_id, value[1:].decode(), stored.ts)
-                right = (record["event_id"], record["ts"])
-            results.append(output_record(record["auction_id"], left, right))
-            if other in self._tracked and value[:1] == UNMATCHED_FLAG:
-                self._write_record(key, MATCHED_FLAG + value[1:], stored)
-        return results
+        if found:
+            at = len(other_prefix)
+            other_tracked = ("right" if left else "left") in self._tracked
+            for key, value in found:
+                other_ts = _unpack_time(key, at)[0] - _BIAS
+                other_id = key[at + 8 :].decode()
+                if left:
+                    i_id, campaign, i_ts, c_id, c_ts = (
+                        event_id,
+                        record["campaign_id"],
+                        ts,
+                        other_id,
+                        other_ts,
+                    )
+                else:
+                    i_id, campaign, i_ts, c_id, c_ts = (other_id, value[1:].decode(), other_ts, event_id, ts)
+                results.append(
+                    {
+                        "join_id": f"{i_id}|{c_id}",
+                        "auction_id": auction_id,
+                        "campaign_id": campaign,
+                        "impression_id": i_id,
+                        "click_id": c_id,
+                        "impression_ts": i_ts,
+                        "click_ts": c_ts,
+                        "ts": i_ts if i_ts > c_ts else c_ts,
+                        "kind": "inner",
+                    }
+                )
+                if other_tracked and value[:1] == UNMATCHED_FLAG:
+                    # Only the flag changes: the partner's index entries stay as they are.
+                    value = MATCHED_FLAG + value[1:]
+                    self._changes[key] = value
+                    state.put(key, value)
 
-    def _write_record(self, key: bytes, value: bytes, stored: RecordKey) -> None:
+        # The record itself, and its index entries.
+        key = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined + _pack_time(ts + _BIAS) + raw_event
+        flag = MATCHED_FLAG if found else UNMATCHED_FLAG
+        value = flag + record["campaign_id"].encode() if left else flag
         self._changes[key] = value
-        self._apply_record(key, value, stored)
+        state.put(key, value)
+        state.put(event_key, b"")
+        expire_at = ts + self._retention
+        state.put(keys.EXPIRY + _pack_time(expire_at + _BIAS) + key, b"")
+        if expire_at < self._due[keys.EXPIRY]:
+            self._due[keys.EXPIRY] = expire_at
+        return results
 
     # -- state shared by processing and restore --------------------------
 
     def _apply_record(self, key: bytes, value: bytes, stored: RecordKey) -> None:
-        """Store a record and derive its index entries (also on restore)."""
+        """Store a record and derive its index entries (restore; process inlines this).
+
+        One time index serves retention and unmatched emission (both fall due at
+        `retained_until(ts)`): when an entry comes due, the record is emitted if its
+        side is tracked and its flag is still unmatched, then deleted."""
         self.state.put(key, value)
         self.state.put(keys.event_key(stored.side, stored.event_id), b"")
         expire_at = self.window.retained_until(stored.ts)
         self.state.put(keys.index_key(keys.EXPIRY, expire_at, key), b"")
         self._due[keys.EXPIRY] = min(self._due[keys.EXPIRY], expire_at)
-        if stored.side in self._tracked:
-            # Kept when the record matches (no tombstone per match); checked when due.
-            # Not at closes_at: a partner accepted until its own close could still match.
-            emit_at = self.window.retained_until(stored.ts)
-            self.state.put(keys.index_key(keys.UNMATCHED, emit_at, key), b"")
-            self._due[keys.UNMATCHED] = min(self._due[keys.UNMATCHED], emit_at)
-
-    def _advance(self, ts: int, emit: bool) -> list[dict[str, Any]]:
-        if self.stream_time is not None and ts <= self.stream_time:
-            return []
-        self.stream_time = ts
-        self.state.put(keys.meta_key("stream_time"), keys.encode_int(ts))
-        return self._expire(emit)
 
     def _expire(self, emit: bool) -> list[dict[str, Any]]:
-        results = []
+        results: list[dict[str, Any]] = []
+        state = self.state
+        # Legacy: databases written before the two indexes were merged hold `u` entries
+        # (due at the same time as their `x` entry, or earlier). A record emitted from
+        # there is flagged matched in the state (not in the changelog: derived, like the
+        # index) so that its `x` entry does not emit it again.
         for index_entry in self._take_due(keys.UNMATCHED):
             record_key = index_entry[9:]
-            value = self.state.get(record_key)
-            if emit and value is not None and value[:1] == UNMATCHED_FLAG:
-                results.append(self._unmatched_output(keys.parse_record_key(record_key), value))
-            self.state.delete(index_entry)
+            value = state.get(record_key)
+            if value is not None and value[:1] == UNMATCHED_FLAG:
+                if emit:
+                    results.append(self._unmatched_output(record_key, value))
+                state.put(record_key, MATCHED_FLAG + value[1:])
+            state.delete(index_entry)
+        tracked = self._tracked
         for index_entry in self._take_due(keys.EXPIRY):
             record_key = index_entry[9:]
-            stored = keys.parse_record_key(record_key)
-            self.state.delete(record_key)
-            self.state.delete(keys.event_key(stored.side, stored.event_id))
-            self.state.delete(index_entry)
+            if tracked and BYTE_SIDE[record_key[1]] in tracked:
+                value = state.get(record_key)
+                if emit and value is not None and value[:1] == UNMATCHED_FLAG:
+                    results.append(self._unmatched_output(record_key, value))
+            state.delete(record_key)
+            (length,) = keys.LEN.unpack_from(record_key, 2)
+            state.delete(keys.EVENT + record_key[1:2] + record_key[4 + length + 8 :])
+            state.delete(index_entry)
         return results
 
     def _take_due(self, index: bytes) -> list[bytes]:
@@ -226,11 +289,10 @@ class WindowedJoin:
         return due
 
     @staticmethod
-    def _unmatched_output(stored: RecordKey, value: bytes) -> dict[str, Any]:
+    def _unmatched_output(record_key: bytes, value: bytes) -> dict[str, Any]:
+        stored = keys.parse_record_key(record_key)
         if stored.side == "left":
-            return output_record(
-                stored.auction_id, (stored.event_id, value[1:].decode(), stored.ts), None
-            )
+            return output_record(stored.auction_id, (stored.event_id, value[1:].decode(), stored.ts), None)
         return output_record(stored.auction_id, None, (stored.event_id, stored.ts))
 
     # -- metadata: counters and input offsets -----------------------------

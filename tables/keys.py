@@ -30,9 +30,10 @@ POINT_ONLY = (EVENT,)
 SIDE_BYTE: dict[Side, bytes] = {"left": b"L", "right": b"R"}
 BYTE_SIDE: dict[int, Side] = {ord("L"): "left", ord("R"): "right"}
 
-_TIME = struct.Struct(">Q")
-_LEN = struct.Struct(">H")
-_TIME_BIAS = 1 << 63
+TIME = struct.Struct(">Q")
+LEN = struct.Struct(">H")
+TIME_BIAS = 1 << 63
+_TIME, _LEN, _TIME_BIAS = TIME, LEN, TIME_BIAS
 
 
 def encode_time(ms: int) -> bytes:

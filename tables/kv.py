@@ -8,7 +8,7 @@ be written in one atomic write batch.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -64,6 +64,7 @@ class Overlay:
         self.base = base
         self.pending: dict[bytes, bytes | None] = {}
         self._pending_keys: list[bytes] = []
+        self._inserts = 0  # bumped when _pending_keys changes shape (a scan re-finds its place)
         self._unscanned = unscanned
 
     def get(self, key: bytes) -> bytes | None:
@@ -72,35 +73,59 @@ class Overlay:
         return self.base.get(key)
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._remember(key)
-        self.pending[key] = value
+        pending = self.pending
+        if key not in pending and not key.startswith(self._unscanned):
+            insort(self._pending_keys, key)
+            self._inserts += 1
+        pending[key] = value
 
     def delete(self, key: bytes) -> None:
-        self._remember(key)
-        self.pending[key] = None
-
-    def _remember(self, key: bytes) -> None:
-        if key not in self.pending and not key.startswith(self._unscanned):
+        pending = self.pending
+        if key not in pending and not key.startswith(self._unscanned):
             insort(self._pending_keys, key)
+            self._inserts += 1
+        pending[key] = None
 
     def clear(self) -> None:
         self.pending = {}
         self._pending_keys = []
+        self._inserts += 1
 
     def scan(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Base items merged with pending ones; pending wins, deletes hide."""
+        """Base items merged with pending ones; pending wins, deletes hide.
+
+        Costs O(log pending + items read): the pending keys are walked in place, not
+        copied (an expiry scan is open-ended and most of a batch's index entries lie
+        past its end). A write during the scan is seen if it sorts after the last
+        item yielded."""
         start, stop = bisect_left(self._pending_keys, lo), bisect_left(self._pending_keys, hi)
-        mine = iter(self._pending_keys[start:stop])
-        theirs = self.base.scan(lo, hi)
-        my_key, their = next(mine, None), next(theirs, None)
+        if start == stop:
+            return self.base.scan(lo, hi)  # nothing pending in range: the base alone
+        return self._merge(start, hi, self.base.scan(lo, hi))
+
+    def _merge(
+        self, at: int, hi: bytes, theirs: Iterator[tuple[bytes, bytes]]
+    ) -> Iterator[tuple[bytes, bytes]]:
+        pending, mine = self.pending, self._pending_keys
+        seen = self._inserts
+
+        def next_mine() -> bytes | None:
+            return mine[at] if at < len(mine) and mine[at] < hi else None
+
+        my_key, their = next_mine(), next(theirs, None)
         while my_key is not None or their is not None:
             if their is None or (my_key is not None and my_key <= their[0]):
                 if their is not None and my_key == their[0]:
                     their = next(theirs, None)
-                value = self.pending[my_key]  # type: ignore[index]
+                value = pending.get(my_key)  # type: ignore[arg-type]
                 if value is not None:
                     yield my_key, value  # type: ignore[misc]
-                my_key = next(mine, None)
+                if self._inserts != seen:  # keys were added meanwhile: find our place again
+                    pending, mine, seen = self.pending, self._pending_keys, self._inserts
+                    at = bisect_right(mine, my_key)
+                else:
+                    at += 1
+                my_key = next_mine()
             else:
                 yield their
                 their = next(theirs, None)

@@ -2,13 +2,19 @@
 
 One function decides what is a bad record, so the stream (which sends it to
 the dead-letter topic) and the Spark batch twin (which skips it) agree.
+
+JSON is decoded by orjson (strict RFC 8259, UTF-8 only, ~6x faster than the
+standard library): NaN, Infinity, numbers out of double range, lone UTF-16
+surrogates, a byte order mark and non-UTF-8 encodings are malformed JSON, and an
+integer beyond 64 bits decodes as a float (so a wrong type).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import orjson
 
 Side = Literal["left", "right"]
 
@@ -47,9 +53,36 @@ def validate(
     if len(value) > MAX_VALUE_BYTES:
         return Rejected(f"value of {len(value)} bytes exceeds {MAX_VALUE_BYTES}")
     try:
-        record = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        record = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
         return Rejected(f"malformed JSON: {exc.__class__.__name__}")
+    if type(record) is dict:
+        # Fast path: every field present with its exact type (orjson makes no subclasses,
+        # and bool is not `int` by type()), the key equal to the auction id.
+        event_id, auction_id, ts = record.get("event_id"), record.get("auction_id"), record.get("ts")
+        if (
+            type(event_id) is str
+            and type(auction_id) is str
+            and type(ts) is int
+            and auction_id
+            and key == auction_id.encode()
+            and (now_ms is None or now_ms - MAX_PAST_MS <= ts <= now_ms + MAX_FUTURE_MS)
+        ):
+            if side == "right":
+                return {"event_id": event_id, "auction_id": auction_id, "ts": ts}
+            campaign_id = record.get("campaign_id")
+            if type(campaign_id) is str:
+                return {
+                    "event_id": event_id,
+                    "auction_id": auction_id,
+                    "campaign_id": campaign_id,
+                    "ts": ts,
+                }
+    return _checked(side, key, record, now_ms)
+
+
+def _checked(side: Side, key: bytes, record: Any, now_ms: int | None) -> dict[str, Any] | Rejected:
+    """The full checks, in order, each with its reason."""
     if not isinstance(record, dict):
         return Rejected(f"value is a JSON {type(record).__name__}, not an object")
     for field, kind in FIELDS[side].items():

@@ -255,9 +255,7 @@ def reference(
 @st.composite
 def streams(draw: st.DrawFn) -> tuple[JoinType, JoinWindow, list[tuple[Side, dict[str, Any]]]]:
     join_type = draw(st.sampled_from(list(JoinType)))
-    window = JoinWindow(
-        draw(st.integers(0, 30)), draw(st.integers(0, 30)), draw(st.integers(0, 20))
-    )
+    window = JoinWindow(draw(st.integers(0, 30)), draw(st.integers(0, 30)), draw(st.integers(0, 20)))
     events: list[tuple[Side, dict[str, Any]]] = []
     for n in range(draw(st.integers(1, 40))):
         if events and draw(st.integers(0, 9)) == 0:  # a record delivered twice
@@ -314,3 +312,101 @@ def test_rocksdb_state_behaves_like_memory(
 def test_window_rejects_negative_bounds() -> None:
     with pytest.raises(ValueError):
         JoinWindow(before=-1)
+
+
+# -- the merged time index, and databases written before it -------------------------
+
+
+def _legacy_unmatched(state: MemoryKV, window: JoinWindow, at: int) -> None:
+    """Add the `u` entries an older version wrote for every left record, due at `at(ts)`."""
+    from tables import keys
+
+    for key, _ in list(state.scan(b"rL", b"rM")):
+        ts = keys.parse_record_key(key).ts
+        state.put(keys.index_key(keys.UNMATCHED, at(ts), key), b"")
+
+
+@pytest.mark.parametrize("legacy_due", ["retained_until", "closes_at", None])
+def test_unmatched_emitted_once_with_or_without_legacy_index(legacy_due: str | None) -> None:
+    state = MemoryKV()
+    join = WindowedJoin(state, W, LEFT)
+    join.process(*imp("i1", 1000))
+    join.process(*imp("i2", 1001, key="b"))
+    join.process(*click("k2", 1002, key="b"))  # i2 matched
+    if legacy_due == "retained_until":
+        _legacy_unmatched(state, W, W.retained_until)
+    elif legacy_due == "closes_at":
+        _legacy_unmatched(state, W, lambda ts: W.closes_at("left", ts))
+    join = WindowedJoin(state, W, LEFT)  # reopened: the legacy index is found by its scan
+    emitted = [r["join_id"] for t in range(1100, 1300, 7) for r in join.process(*click(f"z{t}", t, "z"))]
+    assert emitted.count("i1|") == 1 and "i2|" not in emitted
+    assert not [k for k, _ in state.scan(b"u", b"v")]  # legacy entries consumed
+    assert not [k for k, _ in state.scan(b"rL", b"rM")]  # and the records expired
+
+
+def test_left_record_has_three_state_entries() -> None:
+    state = MemoryKV()
+    WindowedJoin(state, W, LEFT).process(*imp("i1", 1000))
+    prefixes = sorted(k[:1] for k, _ in state.scan(b"", b"\xff") if not k.startswith(b"m:"))
+    assert prefixes == [b"e", b"r", b"x"]
+
+
+def test_interleaved_scans_of_one_store_and_overlay() -> None:
+    """Scans share one RocksDB iterator and walk the overlay in place: interleaving them,
+    and writing between their steps, still gives each its own range."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = PartitionStore(Path(tmp) / "t" / "0")
+        store.write({b"a%d" % i: b"A" for i in range(5)} | {b"b%d" % i: b"B" for i in range(5)}, 1)
+        overlay = Overlay(store)
+        overlay.put(b"a2x", b"new")
+        overlay.delete(b"a3")
+        first, second = overlay.scan(b"a", b"b"), overlay.scan(b"b", b"c")
+        got_a, got_b = [next(first)], [next(second)]
+        overlay.put(b"a9", b"late")  # sorts after what `first` yielded: seen
+        overlay.put(b"a0x", b"early")  # sorts before: not seen by `first`
+        got_a += list(first)
+        got_b += list(second)
+        assert [k for k, _ in got_a] == [b"a0", b"a1", b"a2", b"a2x", b"a4", b"a9"]
+        assert [k for k, _ in got_b] == [b"b%d" % i for i in range(5)]
+        plain = [store.scan(b"a", b"b"), store.scan(b"b", b"c")]
+        rows = [[], []]
+        for _ in range(5):
+            for n in (0, 1):
+                rows[n].append(next(plain[n])[0])
+        assert rows == [[b"a%d" % i for i in range(5)], [b"b%d" % i for i in range(5)]]
+        store.write({b"a5": b"A"}, 2)  # a write drops the shared iterator: the next scan sees it
+        assert [k for k, _ in store.scan(b"a", b"b")][-1] == b"a5"
+        assert store.get_many([b"a1", b"zz"]) == [b"A", None]
+        store.close()
+
+
+# -- validation: the fast path agrees with the full checks ---------------------------
+
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["", "a", "b", "é"]),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["left", "right"]),
+    st.fixed_dictionaries(
+        {},
+        optional={f: _values for f in ("event_id", "auction_id", "campaign_id", "ts", "extra")},
+    ),
+    st.sampled_from([b"a", b"b", b"\xc3\xa9", b"\xff"]),
+    st.sampled_from([None, 0, 10**13]),
+)
+def test_validate_fast_path_agrees_with_full_checks(
+    side: Side, record: dict[str, Any], key: bytes, now: int | None
+) -> None:
+    import orjson
+
+    from tables.records import _checked, validate
+
+    assert validate(side, key, orjson.dumps(record), now) == _checked(side, key, record, now)
