@@ -136,11 +136,12 @@ class Worker:
         topics = {s.impressions, s.clicks, s.changelog}
         standby = {tp.partition for tp in self.app.assignor.assigned_standbys() if tp.topic in topics}
         moved = active - set(self.state.active)
+        # Before the restore: records of a moved partition may arrive while it runs.
+        self._awaiting_first = (self._awaiting_first & active) | moved
+        self._received -= moved
         log.info("tandem: assigned actives %s standbys %s: restoring", sorted(active), sorted(standby))
         await self.state.on_assignment(active, standby)
         self.refresh_local_offsets()
-        self._awaiting_first = (self._awaiting_first & active) | moved
-        self._received -= moved
         log.info("tandem: restored %s", self.state.rebalance.as_dict())
 
     def view(self) -> dict[str, Any]:
