@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,7 +16,7 @@ from app.settings import from_env
 from app.state import PartitionState
 from app.traffic import Traffic
 from app.view import render_html
-from app.worker import _bootstrap
+from app.worker import _bootstrap, _delay_follower_sync, _tune_consumer
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,11 +55,19 @@ def test_traffic_expects_one_join_per_clicked_auction() -> None:
 
 def test_html_view_renders_the_json_view() -> None:
     view = {
-        "worker": "w1", "host": "host-a", "rack": "r", "app_id": "x", "actives": [0],
-        "standbys": [1], "wire": {}, "lag": {"0": 0}, "standby_lag": {"1": 0},
-        "joined": {"0": 3}, "outputs": 3, "dead_letters": 0,
-        "last_rebalance": {"kept": [], "moved_warm": [0], "moved_cold": [], "replayed": 2,
-                           "seconds": 1.5},
+        "worker": "w1",
+        "host": "host-a",
+        "rack": "r",
+        "app_id": "x",
+        "actives": [0],
+        "standbys": [1],
+        "wire": {},
+        "lag": {"0": 0},
+        "standby_lag": {"1": 0},
+        "joined": {"0": 3},
+        "outputs": 3,
+        "dead_letters": 0,
+        "last_rebalance": {"kept": [], "moved_warm": [0], "moved_cold": [], "replayed": 2, "seconds": 1.5},
         "campaigns": {"c<1>": {"impressions": 4, "clicks": 1, "ctr": 0.25}},
     }
     html = render_html(view)
@@ -76,3 +88,46 @@ def test_interim_partition_state_survives_a_torn_local_file(tmp_path: Path) -> N
     assert again.load() == 2
     assert (again.offset, again.joined) == (1, 1)
     assert again.apply(1, "right", click) == []  # already applied: offsets are idempotent
+
+
+def test_group_consumer_tuning_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TANDEM_FETCH_MAX_WAIT_MS", raising=False)
+    monkeypatch.delenv("TANDEM_FOLLOWER_SYNC_DELAY_MS", raising=False)
+    assert (from_env().fetch_max_wait_ms, from_env().follower_sync_delay_ms) == (1500, 0)
+    monkeypatch.setenv("TANDEM_FETCH_MAX_WAIT_MS", "100")
+    monkeypatch.setenv("TANDEM_FOLLOWER_SYNC_DELAY_MS", "150")
+    assert (from_env().fetch_max_wait_ms, from_env().follower_sync_delay_ms) == (100, 150)
+
+
+def test_tuned_consumer_sets_the_fetch_wait_faust_hard_codes() -> None:
+    class Thread:
+        def _create_worker_consumer(self, transport: object) -> SimpleNamespace:
+            return SimpleNamespace(_fetch_max_wait_ms=1500)
+
+    class Base:
+        def _new_consumer_thread(self) -> Thread:
+            return Thread()
+
+    app = SimpleNamespace(transport=SimpleNamespace(Consumer=Base))
+    settings = dataclasses.replace(from_env(), fetch_max_wait_ms=100, follower_sync_delay_ms=0)
+    _tune_consumer(app, settings)  # type: ignore[arg-type]
+    consumer = app.transport.Consumer()._new_consumer_thread()._create_worker_consumer(None)
+    assert consumer._fetch_max_wait_ms == 100
+
+
+def test_follower_sync_waits_before_its_sync_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
+
+    called: list[float] = []
+
+    async def original(self: object) -> bytes:
+        called.append(time.monotonic())
+        return b"assignment"
+
+    monkeypatch.setattr(CoordinatorGroupRebalance, "_on_join_follower", original)
+    _delay_follower_sync(0.05)
+    _delay_follower_sync(0.05)  # once per process: not wrapped twice
+    started = time.monotonic()
+    result = asyncio.run(CoordinatorGroupRebalance._on_join_follower(object()))  # type: ignore[arg-type]
+    assert result == b"assignment"
+    assert len(called) == 1 and 0.05 <= called[0] - started < 0.09
