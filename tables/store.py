@@ -78,11 +78,6 @@ class PartitionStore:
         self._write_options.sync = sync
         raw = self._db.get(CHECKPOINT_KEY)
         self.checkpoint: int | None = None if raw is None else keys.decode_int(raw)
-        # One iterator serves every scan between two writes: the database changes only
-        # in write(), which drops it, so it sees exactly what a fresh one would, and
-        # creating an iterator per scan cost about half of each scan.
-        self._iterator: Any = None
-        self._scans = 0  # bumped per scan: a suspended scan re-seeks if another moved it
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self._db.get(key)
@@ -94,29 +89,19 @@ class PartitionStore:
         return values
 
     def scan(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
-        iterator = self._iterator
-        if iterator is None:
-            iterator = self._iterator = self._db.iter(ReadOptions())
-        self._scans += 1
-        mine = self._scans
+        # A fresh iterator bounded by `hi`, every time: an unbounded one (even a shared,
+        # cheaper one) walks every tombstone after the range to the next live key, and
+        # expiry leaves runs of them between join keys: seeks went from ~2 to ~70 us.
+        options = ReadOptions()
+        options.set_iterate_upper_bound(hi)
+        iterator = self._db.iter(options)
         iterator.seek(lo)
         while iterator.valid():
-            key = iterator.key()
-            if key >= hi:
-                return
-            yield key, iterator.value()
-            if self._scans != mine:  # another scan used the iterator meanwhile
-                self._scans += 1
-                mine = self._scans
-                iterator.seek(key)
-                if iterator.valid() and iterator.key() == key:
-                    iterator.next()
-                continue
+            yield iterator.key(), iterator.value()
             iterator.next()
 
     def write(self, changes: Mapping[bytes, bytes | None], checkpoint: int | None) -> None:
         """Apply changes (None = delete) and move the checkpoint, atomically."""
-        self._iterator = None  # it would not see this write
         batch = WriteBatch(raw_mode=True)
         for key, value in changes.items():
             if value is None:
@@ -130,12 +115,10 @@ class PartitionStore:
             self.checkpoint = checkpoint
 
     def close(self) -> None:
-        self._iterator = None
         self._db.close()
 
     def destroy(self) -> None:
         """Close and delete the files (state that no longer matches its changelog)."""
-        self._iterator = None
         self._db.close()
         Rdict.destroy(str(self.path), _options())
 
