@@ -19,6 +19,7 @@ indexes, never over the whole state.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from tables.records import Side
 UNMATCHED_FLAG = b"\x00"
 MATCHED_FLAG = b"\x01"
 _NEVER = 1 << 62
+READ_AHEAD = 256  # expiry index entries read per scan beyond those due
 OTHER: dict[Side, Side] = {"left": "right", "right": "left"}
 
 
@@ -129,6 +131,10 @@ class WindowedJoin:
         # Lower bounds of the earliest entry of each time index: skip scans until due.
         # UNMATCHED is a legacy index (see _expire): scanned once, then only if written.
         self._due = {keys.UNMATCHED: -_NEVER, keys.EXPIRY: -_NEVER}
+        # Read-ahead of the expiry index: every entry due at or before `_ahead_until`,
+        # in order, so expiry scans the state once per READ_AHEAD entries, not per record.
+        self._ahead: list[bytes] = []
+        self._ahead_until = -_NEVER
         w = self.window
         self._closes = {"left": w.after + w.grace, "right": w.before + w.grace}
         self._retention = w.before + w.after + w.grace
@@ -219,7 +225,10 @@ class WindowedJoin:
         state.put(key, value)
         state.put(event_key, b"")
         expire_at = ts + self._retention
-        state.put(keys.EXPIRY + _pack_time(expire_at + _BIAS) + key, b"")
+        entry = keys.EXPIRY + _pack_time(expire_at + _BIAS) + key
+        state.put(entry, b"")
+        if expire_at <= self._ahead_until:
+            self._add_ahead(entry)
         if expire_at < self._due[keys.EXPIRY]:
             self._due[keys.EXPIRY] = expire_at
         return results
@@ -235,8 +244,25 @@ class WindowedJoin:
         self.state.put(key, value)
         self.state.put(keys.event_key(stored.side, stored.event_id), b"")
         expire_at = self.window.retained_until(stored.ts)
-        self.state.put(keys.index_key(keys.EXPIRY, expire_at, key), b"")
+        entry = keys.index_key(keys.EXPIRY, expire_at, key)
+        self.state.put(entry, b"")
+        if expire_at <= self._ahead_until:
+            self._add_ahead(entry)
         self._due[keys.EXPIRY] = min(self._due[keys.EXPIRY], expire_at)
+
+    def _add_ahead(self, entry: bytes) -> None:
+        """Keep a new expiry entry that falls inside the read-ahead (once: a restored
+        record may be written again), and keep the read-ahead short."""
+        ahead = self._ahead
+        at = bisect_left(ahead, entry)
+        if at < len(ahead) and ahead[at] == entry:
+            return
+        ahead.insert(at, entry)
+        if len(ahead) > 2 * READ_AHEAD:
+            # Keep the entries before the time of the READ_AHEAD-th: all of each time.
+            cut_at = _unpack_time(ahead[READ_AHEAD], 1)[0] - _BIAS
+            del ahead[bisect_left(ahead, keys.EXPIRY + _pack_time(cut_at + _BIAS)) :]
+            self._ahead_until = cut_at - 1
 
     def _expire(self, emit: bool) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = []
@@ -254,7 +280,7 @@ class WindowedJoin:
                 state.put(record_key, MATCHED_FLAG + value[1:])
             state.delete(index_entry)
         tracked = self._tracked
-        for index_entry in self._take_due(keys.EXPIRY):
+        for index_entry in self._take_due_expiry():
             record_key = index_entry[9:]
             if tracked and BYTE_SIDE[record_key[1]] in tracked:
                 value = state.get(record_key)
@@ -265,6 +291,44 @@ class WindowedJoin:
             state.delete(keys.EVENT + record_key[1:2] + record_key[4 + length + 8 :])
             state.delete(index_entry)
         return results
+
+    def _take_due_expiry(self) -> list[bytes]:
+        """Expiry entries whose time is before stream time, from the read-ahead when it
+        covers them, else from a scan that also refills the read-ahead."""
+        now = self.stream_time
+        if now is None or self._due[keys.EXPIRY] >= now:
+            return []
+        ahead = self._ahead
+        if self._ahead_until < now - 1:
+            ahead, self._ahead_until = self._read_ahead(now)
+            self._ahead = ahead
+        cut = bisect_left(ahead, keys.EXPIRY + _pack_time(now + _BIAS))
+        due = ahead[:cut]
+        del ahead[:cut]
+        if ahead:
+            self._due[keys.EXPIRY] = _unpack_time(ahead[0], 1)[0] - _BIAS
+        else:
+            until = self._ahead_until
+            self._due[keys.EXPIRY] = until + 1 if until < _NEVER else _NEVER
+        return due
+
+    def _read_ahead(self, now: int) -> tuple[list[bytes], int]:
+        """Every expiry entry due before `now` plus about READ_AHEAD more (all of each
+        time), and the time up to which the list is complete."""
+        lo, hi = keys.index_bounds(keys.EXPIRY)
+        if self._due[keys.EXPIRY] > -_NEVER:
+            lo = keys.EXPIRY + keys.encode_time(self._due[keys.EXPIRY])
+        entries: list[bytes] = []
+        kept, last_at = 0, -_NEVER
+        for entry, _ in self.state.scan(lo, hi):
+            at = _unpack_time(entry, 1)[0] - _BIAS
+            if at >= now:
+                if kept >= READ_AHEAD and at > last_at:
+                    return entries, last_at
+                kept += 1
+                last_at = at
+            entries.append(entry)
+        return entries, _NEVER
 
     def _take_due(self, index: bytes) -> list[bytes]:
         """Index entries whose time is before stream time.

@@ -410,3 +410,20 @@ def test_validate_fast_path_agrees_with_full_checks(
     from tables.records import _checked, validate
 
     assert validate(side, key, orjson.dumps(record), now) == _checked(side, key, record, now)
+
+
+@settings(max_examples=150, deadline=None)
+@given(streams(), st.sampled_from([1, 2, 3]))
+def test_short_expiry_read_ahead_matches_reference_model(
+    case: tuple[JoinType, JoinWindow, list[Any]], read_ahead: int
+) -> None:
+    """The expiry read-ahead, refilled and trimmed every few entries, changes nothing."""
+    import tables.join
+
+    join_type, window, events = case
+    saved, tables.join.READ_AHEAD = tables.join.READ_AHEAD, read_ahead
+    try:
+        got = [set(ids) for ids in run(WindowedJoin(MemoryKV(), window, join_type), events)]
+    finally:
+        tables.join.READ_AHEAD = saved
+    assert got == reference(join_type, window, events)[0]
