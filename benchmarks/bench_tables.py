@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import heapq
+import itertools
 import json
 import random
 import shutil
@@ -107,9 +108,11 @@ async def consume_all(
     topics: list[str],
     partitions: int,
     handle: Callable[[int, list[tuple[str, list[Any]]]], Any] | None,
+    finish: Callable[[], Any] | None = None,
 ) -> Rates:
     """Read every record of the topics (manual assignment); `handle(partition, parts)` is
-    awaited per partition and fetch. Returns (records, wall seconds, CPU seconds)."""
+    awaited per partition and fetch, `finish()` once caught up (timed too). Returns (records,
+    wall seconds, CPU seconds)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -135,6 +138,8 @@ async def consume_all(
             await asyncio.gather(*(handle(p, parts) for p, parts in by_partition.items()))
         if not fetched and await _caught_up(consumer, tps):
             break
+    if finish is not None:
+        await finish()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     await consumer.stop()
     return count, wall, cpu
@@ -148,30 +153,86 @@ async def _caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> b
     return True
 
 
+# What the Tandem runs did: results produced, late records dropped (the two topics are read
+# without aligning their timestamps, so how many clicks arrive after stream time has passed
+# their window depends on how the fetches of the two topics interleave).
+TANDEM_WORK: list[dict[str, int]] = []
+
+
 async def tandem_join(bootstrap: str, names: dict[str, str], partitions: int, data: Path) -> Rates:
-    """Consume, validate, join, produce results, then changelog + RocksDB commit per fetch."""
+    """Consume, validate, join, produce results, then changelog + RocksDB commit per fetch.
+
+    The two topics are joined in event-time order, as Kafka Streams does (it picks the
+    record with the lowest timestamp among a task's partitions): the fetches of two topics
+    do not advance in step, and taken as they come, impressions run minutes ahead of
+    clicks, whose windows then close before they arrive (measured: 80 % of the clicks
+    dropped as late). Per partition, validated records are buffered and released in
+    timestamp order up to the lower of the two topics' highest timestamps seen; the rest
+    when the input is exhausted. The input offset kept with the state is that of the
+    first record of each topic not yet processed."""
     await create_changelog_topic(bootstrap, names["changelog"], partitions)
     tables = JoinTables(bootstrap, names["changelog"], data, window=WINDOW, join_type=JoinType.LEFT)
     await tables.start()
     await tables.on_assignment(set(range(partitions)), set())
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
+    sides = {names["left"]: "left", names["right"]: "right"}
+    # Per partition: (ts, arrival, side, record, topic, offset) not yet joined; per topic the
+    # highest timestamp seen and the next offset to fetch.
+    buffered: dict[int, list[tuple[int, int, str, dict[str, Any], str, int]]] = {}
+    highest: dict[int, dict[str, int]] = {}
+    fetched_to: dict[int, dict[str, int]] = {}
+    arrivals = itertools.count()
 
-    async def handle(partition: int, parts: list[tuple[str, list[Any]]]) -> None:
+    async def join_released(partition: int, everything: bool) -> None:
+        waiting = buffered.setdefault(partition, [])
+        marks = highest.get(partition, {})
+        if everything:
+            ready, rest = waiting, []
+        else:
+            if len(marks) < len(sides):
+                return
+            until = min(marks.values())
+            ready = [r for r in waiting if r[0] <= until]
+            rest = [r for r in waiting if r[0] > until]
+        buffered[partition] = rest
         join = tables.operator(partition)
         out: list[tuple[bytes | None, bytes | None]] = []
         process, dumps = join.process, orjson.dumps
+        ready.sort()
+        for _ts, _n, side, value, _topic, _offset in ready:
+            out += [(r["auction_id"].encode(), dumps(r)) for r in process(side, value)]
+        for topic, end in fetched_to.get(partition, {}).items():
+            first_waiting = min((r[5] for r in rest if r[4] == topic), default=end)
+            join.set_input_offset(topic, first_waiting)
+        await send_records(producer, names["output"], partition, out)
+        await tables.commit(partition)
+        work["results"] += len(out)
+
+    async def handle(partition: int, parts: list[tuple[str, list[Any]]]) -> None:
+        waiting = buffered.setdefault(partition, [])
+        marks = highest.setdefault(partition, {})
         for topic, records in parts:
-            side = "left" if topic == names["left"] else "right"
+            side = sides[topic]
+            top = marks.get(topic, -(1 << 62))
             for record in records:
                 value = validate(side, record.key, record.value, None)
                 if not isinstance(value, Rejected):
-                    out += [(r["auction_id"].encode(), dumps(r)) for r in process(side, value)]
-            join.set_input_offset(topic, records[-1].offset + 1)
-        await send_records(producer, names["output"], partition, out)
-        await tables.commit(partition)
+                    ts = value["ts"]
+                    top = ts if ts > top else top
+                    waiting.append((ts, next(arrivals), side, value, topic, record.offset))
+            marks[topic] = top
+            fetched_to.setdefault(partition, {})[topic] = records[-1].offset + 1
+        await join_released(partition, everything=False)
 
-    rates = await consume_all(bootstrap, [names["left"], names["right"]], partitions, handle)
+    async def finish() -> None:
+        await asyncio.gather(*(join_released(p, everything=True) for p in range(partitions)))
+
+    work = {"results": 0}
+    rates = await consume_all(bootstrap, [names["left"], names["right"]], partitions, handle, finish)
+    work["late"] = sum(tables.operator(p).late for p in range(partitions))
+    work["duplicates"] = sum(tables.operator(p).duplicates for p in range(partitions))
+    TANDEM_WORK.append(work)
     await producer.stop()
     await tables.close()
     return rates
@@ -291,6 +352,10 @@ async def bench_throughput(records: int, partitions: int, rounds: int, work: Pat
         "| vs Faust-style |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
+        "",
+        "Tandem rounds (results produced / late records dropped / duplicates): "
+        + "; ".join(f"{w['results']:,} / {w['late']:,} / {w['duplicates']:,}" for w in TANDEM_WORK)
+        + ".",
     ]
 
 

@@ -427,3 +427,51 @@ def test_short_expiry_read_ahead_matches_reference_model(
     finally:
         tables.join.READ_AHEAD = saved
     assert got == reference(join_type, window, events)[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=3), unique=True, max_size=60), st.binary(max_size=3))
+def test_sorted_keys_in_small_chunks(keys_: list[bytes], probe: bytes) -> None:
+    from bisect import bisect_left, bisect_right
+
+    from tables.kv import SortedKeys
+
+    saved, SortedKeys.CHUNK = SortedKeys.CHUNK, 2
+    try:
+        sk = SortedKeys()
+        for key in keys_:
+            sk.add(key)
+    finally:
+        SortedKeys.CHUNK = saved
+    flat = sorted(keys_)
+    assert list(sk) == flat and len(sk) == len(flat)
+    for after, bisect in ((False, bisect_left), (True, bisect_right)):
+        n = bisect(flat, probe)
+        assert sk.at(*sk.position(probe, after)) == (flat[n] if n < len(flat) else None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(streams(), st.integers(1, 7))
+def test_overlay_in_small_chunks_behaves_like_memory(
+    case: tuple[JoinType, JoinWindow, list[Any]], commit_every: int
+) -> None:
+    """The overlay's pending keys split into many chunks; committed every few records."""
+    from tables.kv import SortedKeys
+
+    join_type, window, events = case
+    expected = run(WindowedJoin(MemoryKV(), window, join_type), events)
+    base = MemoryKV()
+    saved, SortedKeys.CHUNK = SortedKeys.CHUNK, 2
+    try:
+        overlay = Overlay(base)
+        join = WindowedJoin(overlay, window, join_type)
+        got = []
+        for n, (side, record) in enumerate(events, 1):
+            got.append([out["join_id"] for out in join.process(side, record)])
+            if n % commit_every == 0:
+                for key, value in overlay.pending.items():
+                    base.put(key, value) if value is not None else base.delete(key)
+                overlay.clear()
+    finally:
+        SortedKeys.CHUNK = saved
+    assert got == expected
