@@ -4,21 +4,25 @@
     .venv/bin/python -m benchmarks.bench_tables --only throughput --records 100000
     .venv/bin/python -m benchmarks.bench_tables --only memory --memory-keys 10000000
     .venv/bin/python -m benchmarks.bench_tables --only restore --restore-records 1000000
+    .venv/bin/python -m benchmarks.bench_tables --only stages --records 100000 [--profile]
 
 Every comparison is a ratio measured in the same run on the same machine:
 - throughput: the windowed join (Tandem) and a join written the usual way on
   Faust-style tables, each against the raw consume rate of the same topics;
 - memory: resident set size as the join state grows to N keys;
-- restore: local files plus the changelog tail, against a full changelog replay.
+- restore: local files plus the changelog tail, against a full changelog replay;
+- stages: CPU per record of each stage of the join loop, without Kafka.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import heapq
 import itertools
 import json
+import pstats
 import random
 import shutil
 import tempfile
@@ -359,6 +363,60 @@ async def bench_throughput(records: int, partitions: int, rounds: int, work: Pat
     ]
 
 
+# -- stages: where the CPU of a record goes, without Kafka ---------------------------
+
+
+def bench_stages(records: int, batch: int, work: Path, profile: bool) -> list[str]:
+    """The join alone over RocksDB + overlay (left join, event-time order, a commit every
+    `batch` records): CPU per input record of each stage of the loop a worker runs."""
+    events = [(s, e["auction_id"].encode(), orjson.dumps(e)) for s, e in ad_events(records)]
+    store = PartitionStore(work / "stages" / "joins" / "0")
+    overlay = Overlay(store, unscanned=POINT_ONLY)
+    join = WindowedJoin(overlay, WINDOW, JoinType.LEFT)
+    names = ["decode + validate", "process", "encode results", "take_changes", "RocksDB write"]
+    spent = dict.fromkeys(names, 0.0)
+    results = changes = 0
+    clock = time.process_time
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
+        profiler.enable()
+    for start in range(0, len(events), batch):
+        t0 = clock()
+        valid = [
+            (side, validate(side, key, value, None)) for side, key, value in events[start : start + batch]
+        ]
+        t1 = clock()
+        out: list[dict[str, Any]] = []
+        for side, value in valid:
+            if not isinstance(value, Rejected):
+                out += join.process(side, value)
+        t2 = clock()
+        encoded = [(r["auction_id"].encode(), orjson.dumps(r)) for r in out]
+        t3 = clock()
+        logged = join.take_changes()
+        t4 = clock()
+        store.write(overlay.pending, start)
+        overlay.clear()
+        t5 = clock()
+        for name, spent_here in zip(names, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+            spent[name] += spent_here
+        results, changes = results + len(encoded), changes + len(logged)
+    if profiler is not None:
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    store.close()
+    n = len(events)
+    return [
+        f"{n:,} records ({records:,} impressions), left join, a commit every {batch:,} records: "
+        f"{results:,} results, {changes:,} changelog records.",
+        "",
+        "| stage | µs CPU per input record |",
+        "| --- | ---: |",
+        *(f"| {name} | {value / n * 1e6:.2f} |" for name, value in spent.items()),
+        f"| **total** | **{sum(spent.values()) / n * 1e6:.2f}** |",
+    ]
+
+
 # -- memory -------------------------------------------------------------------------
 
 
@@ -452,7 +510,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["throughput", "memory", "restore"])
+    parser.add_argument("--only", choices=["throughput", "memory", "restore", "stages"])
     parser.add_argument("--records", type=int, default=100_000, help="impressions for throughput")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
@@ -461,6 +519,8 @@ def main() -> None:
     parser.add_argument("--memory-path", choices=["restore", "process"], default="restore")
     parser.add_argument("--restore-records", type=int, default=1_000_000)
     parser.add_argument("--tail-fraction", type=float, default=0.01)
+    parser.add_argument("--stages-batch", type=int, default=3000, help="records per commit")
+    parser.add_argument("--profile", action="store_true", help="stages: cProfile, top 20")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tables-") as tmp:
         work = Path(tmp)
@@ -468,6 +528,12 @@ def main() -> None:
             print(
                 "\n## Throughput\n\n"
                 + "\n".join(asyncio.run(bench_throughput(args.records, args.partitions, args.rounds, work))),
+                flush=True,
+            )
+        if args.only in (None, "stages"):
+            print(
+                "\n## Stages\n\n"
+                + "\n".join(bench_stages(args.records, args.stages_batch, work, args.profile)),
                 flush=True,
             )
         if args.only in (None, "restore"):
