@@ -29,16 +29,12 @@ from tables.store import PartitionStore
 Record = tuple[str, dict[str, Any]]  # (side, value)
 
 
-
-
 def partition_of(key: str, partitions: int) -> int:
     """Co-partitioning for tests: a stable hash (the producer is told the partition)."""
     return sum(key.encode()) % partitions
 
 
-async def produce(
-    bootstrap: str, topic: str, values: list[dict[str, Any]], partitions: int
-) -> None:
+async def produce(bootstrap: str, topic: str, values: list[dict[str, Any]], partitions: int) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
     await producer.start()
     try:
@@ -97,9 +93,7 @@ def comparable(state: dict[bytes, bytes]) -> dict[bytes, bytes]:
     return {k: v for k, v in state.items() if k != b"checkpoint" and not k.startswith(b"m:in:")}
 
 
-def ad_data(
-    auctions: int, after: int, seed: int = 7
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def ad_data(auctions: int, after: int, seed: int = 7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Impressions and clicks: matches, clicks outside the window, lone clicks, duplicates,
     and (last) impressions far too old to join."""
     rng = random.Random(seed)
@@ -107,14 +101,10 @@ def ad_data(
     impressions, clicks = [], []
     for n in range(auctions):
         auction, ts = f"a{n}", base + n * 10
-        impressions.append(
-            {"event_id": f"i{n}", "auction_id": auction, "campaign_id": f"c{n % 7}", "ts": ts}
-        )
+        impressions.append({"event_id": f"i{n}", "auction_id": auction, "campaign_id": f"c{n % 7}", "ts": ts})
         roll = rng.random()
         if roll < 0.6:
-            clicks.append(
-                {"event_id": f"k{n}", "auction_id": auction, "ts": ts + rng.randint(0, after)}
-            )
+            clicks.append({"event_id": f"k{n}", "auction_id": auction, "ts": ts + rng.randint(0, after)})
         elif roll < 0.7:
             clicks.append(
                 {
@@ -205,11 +195,7 @@ async def run_worker(args: argparse.Namespace) -> None:
             _kill_self_at("before_changelog", args.crash_point)
             await tables.commit(partition)
             await consumer.commit(
-                {
-                    tp: records[-1].offset + 1
-                    for tp, records in fetched.items()
-                    if tp.partition == partition
-                }
+                {tp: records[-1].offset + 1 for tp, records in fetched.items() if tp.partition == partition}
             )
             print(f"committed {partition} {batches} results={produced}", flush=True)
         if args.pause:

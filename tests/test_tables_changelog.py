@@ -20,9 +20,7 @@ pytestmark = pytest.mark.broker
 WINDOW = JoinWindow(before=0, after=1000, grace=10**7)
 
 
-def tables_at(
-    broker: EmbeddedBroker, topic: str, data_dir: Path, window: JoinWindow = WINDOW
-) -> JoinTables:
+def tables_at(broker: EmbeddedBroker, topic: str, data_dir: Path, window: JoinWindow = WINDOW) -> JoinTables:
     return JoinTables(
         broker.bootstrap, topic, data_dir, table="joins", window=window, join_type=JoinType.LEFT
     )

@@ -36,9 +36,7 @@ AFTER, GRACE = 1000, 10**7
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def expected_run(
-    impressions: list[Any], clicks: list[Any]
-) -> tuple[dict[str, Any], dict[int, Any]]:
+def expected_run(impressions: list[Any], clicks: list[Any]) -> tuple[dict[str, Any], dict[int, Any]]:
     """Results and final state of an uninterrupted run (order-free for this data)."""
     results: dict[str, Any] = {}
     states: dict[int, Any] = {}
@@ -120,9 +118,7 @@ def test_killed_worker_restarts_as_if_nothing_happened(
     expected_results, expected_states = expected_run(impressions, clicks)
 
     if crash == "kill -9 from outside":
-        first = start_worker(
-            broker, names, tmp_path, "--pause=0.05", f"--resume-from={resume_from}"
-        )
+        first = start_worker(broker, names, tmp_path, "--pause=0.05", f"--resume-from={resume_from}")
         wait_for_results(first, 20)
         os.kill(first.pid, signal.SIGKILL)
     else:
@@ -133,9 +129,7 @@ def test_killed_worker_restarts_as_if_nothing_happened(
     partial = asyncio.run(read_all(broker.bootstrap, names["output"], PARTITIONS))
     assert 0 < len({r["join_id"] for r in partial}) < len(expected_results), "killed mid-stream"
 
-    second = start_worker(
-        broker, names, tmp_path, "--exit-when-done", f"--resume-from={resume_from}"
-    )
+    second = start_worker(broker, names, tmp_path, "--exit-when-done", f"--resume-from={resume_from}")
     out, _ = second.communicate(timeout=60)
     assert second.returncode == 0, out
     assert "done" in out
