@@ -128,6 +128,7 @@ class WindowedJoin:
         self._tracked = join_type.unmatched_sides
         self._changes: dict[bytes, bytes] = {}
         self._dirty_meta: set[str] = set()
+        self._counter_values: dict[str, int] = {}  # add_counter's values, read once
         # Lower bounds of the earliest entry of each time index: skip scans until due.
         # UNMATCHED is a legacy index (see _expire): scanned once, then only if written.
         self._due = {keys.UNMATCHED: -_NEVER, keys.EXPIRY: -_NEVER}
@@ -377,8 +378,13 @@ class WindowedJoin:
     def add_counter(self, name: str, delta: int = 1) -> int:
         """Add to a named counter kept with the state and its changelog (e.g. per-campaign
         totals): committed, restored and handed over exactly like the join state."""
-        value = (self._meta(f"count:{name}") or 0) + delta
-        self._set_meta(f"count:{name}", value)
+        meta = f"count:{name}"
+        value = self._counter_values.get(meta)
+        if value is None:  # read once from the state, then kept: only this join writes it
+            value = self._meta(meta) or 0
+        value += delta
+        self._counter_values[meta] = value
+        self._set_meta(meta, value)
         return value
 
     def counters(self, prefix: str = "") -> dict[str, int]:
@@ -420,6 +426,7 @@ class WindowedJoin:
             name = key[len(keys.META) :].decode()
             if name in ("late", "duplicates"):
                 setattr(self, name, keys.decode_int(value))
+            self._counter_values.pop(name, None)
             return
         if key.startswith(keys.RECORD):
             stored = keys.parse_record_key(key)

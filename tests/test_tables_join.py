@@ -475,3 +475,15 @@ def test_overlay_in_small_chunks_behaves_like_memory(
     finally:
         SortedKeys.CHUNK = saved
     assert got == expected
+
+
+def test_counters_kept_in_memory_follow_restore() -> None:
+    from tables import keys
+
+    state = MemoryKV()
+    join = WindowedJoin(state, W, LEFT)
+    assert [join.add_counter("a"), join.add_counter("a", 2)] == [1, 3]
+    join.restore(keys.meta_key("count:a"), keys.encode_int(10))  # a changelog record
+    assert join.add_counter("a") == 11
+    assert WindowedJoin(state, W, LEFT).add_counter("a") == 12  # reopened: read from state
+    assert WindowedJoin(state, W, LEFT).counters() == {"a": 12}
