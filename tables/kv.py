@@ -73,12 +73,17 @@ class SortedKeys:
             chunks.append([key])
             self.firsts.append(key)
             return
-        i = bisect_right(self.firsts, key) - 1
-        if i < 0:
-            i = 0
-            self.firsts[0] = key
-        chunk = chunks[i]
-        insort(chunk, key)
+        chunk = chunks[-1]
+        if key > chunk[-1]:  # past every key (new time index entries, mostly): append
+            i = len(chunks) - 1
+            chunk.append(key)
+        else:
+            i = bisect_right(self.firsts, key) - 1
+            if i < 0:
+                i = 0
+                self.firsts[0] = key
+            chunk = chunks[i]
+            insort(chunk, key)
         if len(chunk) > 2 * self.CHUNK:
             tail = chunk[self.CHUNK :]
             del chunk[self.CHUNK :]
