@@ -83,11 +83,6 @@ class PartitionStore:
         value: bytes | None = self._db.get(key)
         return value
 
-    def get_many(self, keys_: list[bytes]) -> list[bytes | None]:
-        """Values of many keys in one call (a RocksDB MultiGet)."""
-        values: list[bytes | None] = self._db.get(keys_)
-        return values
-
     def scan(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
         # A fresh iterator bounded by `hi`, every time: an unbounded one (even a shared,
         # cheaper one) walks every tombstone after the range to the next live key, and
