@@ -21,6 +21,9 @@ Side = Literal["left", "right"]
 MAX_VALUE_BYTES = 64 * 1024
 MAX_PAST_MS = 7 * 24 * 3600 * 1000
 MAX_FUTURE_MS = 24 * 3600 * 1000
+# Kafka timestamps are milliseconds since the epoch, never negative; past year 9999 a
+# value is corrupt, and near 2**63 it would overflow the state's time keys.
+MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 # Required fields and their types, per side (left = impressions, right = clicks).
 FIELDS: dict[str, dict[str, type]] = {
@@ -66,6 +69,7 @@ def validate(
             and type(ts) is int
             and auction_id
             and key == auction_id.encode()
+            and 0 <= ts <= MAX_TS_MS
             and (now_ms is None or now_ms - MAX_PAST_MS <= ts <= now_ms + MAX_FUTURE_MS)
         ):
             if side == "right":
@@ -96,6 +100,8 @@ def _checked(side: Side, key: bytes, record: Any, now_ms: int | None) -> dict[st
         return Rejected("empty auction_id")
     if key.decode("utf-8", "replace") != record["auction_id"]:
         return Rejected("key does not match auction_id")
+    if not 0 <= record["ts"] <= MAX_TS_MS:
+        return Rejected("timestamp out of range (0 to year 9999 in ms since the epoch)")
     if now_ms is not None:
         if record["ts"] < now_ms - MAX_PAST_MS:
             return Rejected("timestamp more than 7 days in the past")

@@ -411,6 +411,22 @@ def test_validate_fast_path_agrees_with_full_checks(
     assert validate(side, key, orjson.dumps(record), now) == _checked(side, key, record, now)
 
 
+@pytest.mark.parametrize("ts", [-1, 2**63 - 1, 2**63 + 5, 2**64 - 1, 253_402_300_800_000])
+def test_timestamps_outside_the_epoch_to_year_9999_are_rejected_even_in_a_backfill(ts: int) -> None:
+    """Without the wall-clock check (now_ms None) a huge timestamp used to pass and then
+    overflow the state's 64-bit time keys, crashing the join instead of dead-lettering."""
+    import orjson
+
+    from tables.records import Rejected, validate
+
+    value = orjson.dumps({"event_id": "e", "auction_id": "a", "ts": ts})
+    assert validate("right", b"a", value, None) == Rejected(
+        "timestamp out of range (0 to year 9999 in ms since the epoch)"
+    )
+    last = {"event_id": "e", "auction_id": "a", "ts": 253_402_300_799_999}
+    assert validate("right", b"a", orjson.dumps(last), None) == last
+
+
 @settings(max_examples=150, deadline=None)
 @given(streams(), st.sampled_from([1, 2, 3]))
 def test_short_expiry_read_ahead_matches_reference_model(
