@@ -152,3 +152,26 @@ async def create_topics(
         await admin.create_topics([NewTopic(t, n, 1) for t, n in counts.items()])
     finally:
         await admin.close()
+
+
+async def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: float = 30) -> dict[int, int]:
+    """Each partition's end offset, from fetch responses: the embedded broker's
+    ListOffsets is short by up to a batch (docs/embedded-broker.md)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            await consumer.getmany(timeout_ms=200, max_records=1)
+            marks = {tp.partition: consumer.highwater(tp) for tp in tps}
+            if None not in marks.values():
+                return {p: int(mark or 0) for p, mark in marks.items()}
+    finally:
+        await consumer.stop()
+    raise TimeoutError(f"no high watermark for every partition of {topic} within {timeout} s")

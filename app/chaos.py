@@ -35,7 +35,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from app.broker import EmbeddedBroker
+from app.broker import EmbeddedBroker, high_watermarks
 from app.cluster import REPO, WorkerProcess, covered, wait_for
 from app.settings import Settings, from_env
 from app.topics import create_topics
@@ -217,25 +217,6 @@ class Chaos:
 # -- drain and judge -----------------------------------------------------------
 
 
-async def highwaters(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """End offsets from fetch responses (ListOffsets is short on tansu)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            await consumer.getmany(timeout_ms=200, max_records=1)
-            if all(consumer.highwater(tp) is not None for tp in tps):
-                return {tp.partition: int(consumer.highwater(tp) or 0) for tp in tps}
-    finally:
-        await consumer.stop()
-    raise TimeoutError(f"no high watermark for every partition of {topic}")
-
-
 async def committed(bootstrap: str, group: str, topics: list[str], partitions: int) -> dict:
     """The group's committed offsets (partitions listed: tansu cannot answer without)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -254,14 +235,14 @@ async def backlog(bootstrap: str, settings: Settings) -> int:
     done = await committed(bootstrap, settings.app_id, topics, n)
     left = 0
     for topic in topics:
-        for p, high in (await highwaters(bootstrap, topic, n)).items():
+        for p, high in (await high_watermarks(bootstrap, topic, n)).items():
             left += max(0, high - max(0, done.get((topic, p), 0)))
     return left
 
 
 async def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
     """Every record value of `topic`, up to the high watermarks."""
-    ends = await highwaters(bootstrap, topic, partitions)
+    ends = await high_watermarks(bootstrap, topic, partitions)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, max_partition_fetch_bytes=4 << 20)
     await consumer.start()
     values: list[bytes] = []

@@ -33,9 +33,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 
-from app.broker import FAST_GROUP_SETTINGS, EmbeddedBroker  # noqa: E402
+from app.broker import FAST_GROUP_SETTINGS, EmbeddedBroker, high_watermarks  # noqa: E402
 from app.cluster import WorkerProcess, covered, views  # noqa: E402
 from app.demo import Outputs, wait_until  # noqa: E402
 from app.settings import from_env  # noqa: E402
@@ -48,24 +47,6 @@ LABELS = [("w1", "host-a", "rack-1"), ("w2", "host-b", "rack-2"), ("w3", "host-a
 
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-async def changelog_sizes(bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int]:
-    """End offsets from fetch responses (ListOffsets is short on the embedded broker)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            await consumer.getmany(timeout_ms=200, max_records=1)
-            if all(consumer.highwater(tp) is not None for tp in tps):
-                break
-        return {tp.partition: int(consumer.highwater(tp) or 0) for tp in tps}
-    finally:
-        await consumer.stop()
 
 
 async def one_run(
@@ -132,7 +113,8 @@ async def measure(
     await asyncio.wait_for(producer, 30)
     stop_reader.set()
     await asyncio.wait_for(reader, 10)
-    sizes = await changelog_sizes(bootstrap, settings.changelog, lost)
+    ends = await high_watermarks(bootstrap, settings.changelog, PARTITIONS, 15)
+    sizes = {p: ends[p] for p in lost}
     result = summarize(lost, outputs, killed_at, takeover_s, after, sizes)
     result["timeline"] = {w.name: timeline(w.log_path, killed_at) for w in survivors}
     result["victim"] = victim.name

@@ -37,7 +37,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rocksdict import Options, Rdict
 
 from app.broker import EmbeddedBroker
-from tables.changelog import JoinTables, create_changelog_topic, send_records
+from tables.changelog import JoinTables, caught_up, create_changelog_topic, send_records
 from tables.join import JoinType, JoinWindow, WindowedJoin
 from tables.keys import POINT_ONLY, record_key
 from tables.kv import Overlay
@@ -140,21 +140,13 @@ async def consume_all(
         if handle is not None:
             # Partitions are independent: one's acknowledgements overlap the other's work.
             await asyncio.gather(*(handle(p, parts) for p, parts in by_partition.items()))
-        if not fetched and await _caught_up(consumer, tps):
+        if not fetched and await caught_up(consumer, tps):
             break
     if finish is not None:
         await finish()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     await consumer.stop()
     return count, wall, cpu
-
-
-async def _caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
-    for tp in tps:
-        mark = consumer.highwater(tp)
-        if mark is None or await consumer.position(tp) < mark:
-            return False
-    return True
 
 
 # What the Tandem runs did: results produced, late records dropped (the two topics are read

@@ -295,8 +295,7 @@ class JoinTables:
                 self._apply(tp.partition, records)
                 deadline = time.monotonic() + self.restore_timeout_s
             for tp in list(pending):
-                high_watermark = consumer.highwater(tp)
-                if high_watermark is not None and await consumer.position(tp) >= high_watermark:
+                if await at_high_watermark(consumer, tp):
                     self._flush_restored(tp.partition)
                     pending.discard(tp)
 
@@ -370,3 +369,18 @@ class JoinTables:
         tail.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tail
+
+
+async def at_high_watermark(consumer: AIOKafkaConsumer, tp: TopicPartition) -> bool:
+    """Whether the consumer has read `tp` to the high watermark of its last fetch: the end
+    of the log as every broker reports it (the embedded one's ListOffsets is short)."""
+    high_watermark = consumer.highwater(tp)
+    return high_watermark is not None and await consumer.position(tp) >= high_watermark
+
+
+async def caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
+    """Whether every one of `tps` is read to its high watermark."""
+    for tp in tps:
+        if not await at_high_watermark(consumer, tp):
+            return False
+    return True

@@ -21,7 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rocksdict import AccessType, Options, Rdict
 
-from tables.changelog import JoinTables
+from tables.changelog import JoinTables, caught_up
 from tables.join import JoinType, JoinWindow
 from tables.records import Rejected, validate
 from tables.store import PartitionStore
@@ -171,7 +171,7 @@ async def run_worker(args: argparse.Namespace) -> None:
     while time.monotonic() < deadline:
         fetched = await consumer.getmany(timeout_ms=200, max_records=args.batch)
         if not fetched:
-            if args.exit_when_done and await _caught_up(consumer, tps):
+            if args.exit_when_done and await caught_up(consumer, tps):
                 break
             continue
         by_partition: dict[int, list[Any]] = defaultdict(list)
@@ -229,14 +229,6 @@ def _kill_in_state_write(crash_point: str | None) -> None:
         _kill_self_at("after_state_write", crash_point)
 
     PartitionStore.write = write  # type: ignore[method-assign]
-
-
-async def _caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
-    for tp in tps:
-        mark = consumer.highwater(tp)
-        if mark is None or await consumer.position(tp) < mark:
-            return False
-    return True
 
 
 def main(argv: list[str]) -> None:

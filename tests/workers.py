@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
-from app.broker import EmbeddedBroker
+from app.broker import EmbeddedBroker, high_watermarks
 from app.cluster import WorkerProcess, covered, wait_for
 from app.settings import Settings, from_env
 from app.topics import create_topics
@@ -73,25 +73,7 @@ class Cluster:
 
     def highwaters(self, topic: str) -> dict[int, int]:
         """Each partition's end offset, from fetch responses (ListOffsets is short on tansu)."""
-        return asyncio.run(_highwaters(self.broker.bootstrap, topic))
-
-
-async def _highwaters(bootstrap: str, topic: str, timeout: float = 15) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            await consumer.getmany(timeout_ms=200, max_records=1)
-            if all(consumer.highwater(tp) is not None for tp in tps):
-                return {tp.partition: int(consumer.highwater(tp)) for tp in tps}
-    finally:
-        await consumer.stop()
-    raise TimeoutError(f"no high watermark for every partition of {topic}")
+        return asyncio.run(high_watermarks(self.broker.bootstrap, topic, PARTITIONS, 15))
 
 
 def _ids(records: list[dict[str, Any]]) -> set[str]:
