@@ -174,16 +174,15 @@ def _claims(scn: Scenario, index: _Index) -> tuple[np.ndarray, np.ndarray]:
     flat_tasks: list[np.ndarray] = []
     flat_claimants: list[np.ndarray] = []
     for i, m in enumerate(scn.members):
-        claimed = m.previous_active
-        flat = m.previous_active_flat
-        names = flat.names if flat is not None else list(claimed)
-        groups = list(map(group_of_topic.get, names))
-        if flat is not None and None not in groups and len(set(groups)) == len(groups):
-            # One topic per group (lone topics): the parser's arrays are the claims.
-            base = np.fromiter(map(offsets.__getitem__, groups), np.int64, len(groups))
-            flat_tasks.append(flat.values + np.repeat(base, flat.lengths))
-            flat_claimants.append(np.full(len(flat.values), i, np.int64))
-            continue
+        claimed, flat = m.previous_active, m.previous_active_flat
+        if flat is not None:
+            groups = list(map(group_of_topic.get, flat.names))
+            if None not in groups and len(set(groups)) == len(groups):
+                # One topic per group (lone topics): the parser's arrays are the claims.
+                base = np.fromiter(map(offsets.__getitem__, groups), np.int64, len(groups))
+                flat_tasks.append(flat.values + np.repeat(base, flat.lengths))
+                flat_claimants.append(np.full(len(flat.values), i, np.int64))
+                continue
         groups = list(map(group_of_topic.get, claimed))
         per_group: dict[int, set[int]] = {}
         for g, partitions in zip(groups, claimed.values(), strict=True):
