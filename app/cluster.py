@@ -36,6 +36,7 @@ class WorkerProcess:
     topic_prefix: str = ""
     assignor: str = "tandem"
     state: str = "tables"
+    app_module: str = "app"  # what `faust -A` loads (a benchmark swaps the join body)
     session_timeout_ms: int = FAST_GROUP_SETTINGS["session_timeout_ms"]
     heartbeat_ms: int = FAST_GROUP_SETTINGS["heartbeat_interval_ms"]
     follower_sync_delay_ms: int = FAST_GROUP_SETTINGS["follower_sync_delay_ms"]
@@ -81,7 +82,7 @@ class WorkerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "faust", "-A", "app", "worker", "-l", "info"],
+            [sys.executable, "-m", "faust", "-A", self.app_module, "worker", "-l", "info"],
             cwd=REPO,
             env=self.env(),
             stdout=log,

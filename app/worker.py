@@ -74,9 +74,10 @@ class Worker:
         now = int(time.time() * 1000)
         by_partition: dict[int, list[tuple[Side, dict[str, Any]]]] = {}
         letters = []
+        positions: dict[TP, int] = {}
         for message in messages:
             side: Side = "left" if message.topic == self.settings.impressions else "right"
-            self.positions[TP(message.topic, message.partition)] = message.offset
+            positions[TP(message.topic, message.partition)] = message.offset
             checked = validate(side, message.key, message.value, now)
             if isinstance(checked, Rejected):
                 letters.append(await self._dead_letter(message, checked.reason))
@@ -94,6 +95,7 @@ class Worker:
                 log.info("tandem: partition %s: first result after takeover acked", partition)
         await asyncio.gather(*letters)
         self.dead_letters += len(letters)
+        self.positions.update(positions)  # lag counts what is not yet processed
 
     async def _emit(self, results: list[dict[str, Any]]) -> None:
         # Acknowledged before the changelog write: a crash in between replays the

@@ -59,13 +59,15 @@ def dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def ad_events(impressions: int, seed: int = 1) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Impressions 10 ms apart; 60 % get a click up to 5 min later. Events arrive in
-    time order, up to 2 s out of order (within the default 1 min grace)."""
+def ad_events(
+    impressions: int, seed: int = 1, base_ts: int = BASE_TS
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Impressions 10 ms apart from `base_ts`; 60 % get a click up to 5 min later. Events
+    arrive in time order, up to 2 s out of order (within the default 1 min grace)."""
     rng = random.Random(seed)
     clicks: list[tuple[int, int, dict[str, Any]]] = []  # (arrival, n, click)
     for n in range(impressions):
-        auction, ts = f"auction-{n}", BASE_TS + n * 10
+        auction, ts = f"auction-{n}", base_ts + n * 10
         while clicks and clicks[0][0] <= ts:
             yield "right", heapq.heappop(clicks)[2]
         yield (

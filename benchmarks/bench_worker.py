@@ -1,0 +1,180 @@
+"""Join throughput of one worker (`faust -A app worker`) against the raw consume rate
+of the same worker on the same topics, measured in the same run.
+
+    .venv/bin/python -m benchmarks.bench_worker --impressions 100000 --rounds 3
+
+Input: impressions and their clicks (benchmarks.bench_tables.ad_events, 60 % clicked,
+in event time with up to 2 s of disorder), loaded once, keyed and co-partitioned by
+auction id. Each pipeline is one real worker process started fresh (new app id, so a
+new consumer group reading from the start and an empty state) on the embedded broker:
+
+- consume-only: the reference worker with its join body replaced by a no-op
+  (benchmarks/consume_only_app.py): same Faust agent, batching, consumer settings,
+  assignor and state start-up. Its rate is what a worker can read.
+- tandem: the reference worker: validation, dead letters, the windowed join on
+  RocksDB, results produced and acknowledged, changelog and state committed.
+
+The rate counts from the first poll that saw records consumed to the first that saw
+none left (polls of the worker's /tandem/ view every 0.1 s), and the worker's CPU
+time between the same two polls. Rounds alternate the pipelines; the best round of
+each counts. Results: docs/bench/worker.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import tempfile
+import time
+import uuid
+import zlib
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from app.broker import EmbeddedBroker
+from app.cluster import WorkerProcess
+from app.settings import Settings, from_env
+from app.topics import create_topics
+from benchmarks.bench_tables import ad_events
+from tables.changelog import send_records
+
+PARTITIONS = 4
+PIPELINES = {"consume-only": "benchmarks.consume_only_app", "tandem": "app"}
+POLL_S = 0.1
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+async def load_inputs(settings: Settings, impressions: int) -> int:
+    """Produce the input once; timestamps end an hour ago (the worker rejects records
+    more than 7 days old by the wall clock)."""
+    base_ts = int(time.time() * 1000) - 3_600_000 - impressions * 10
+    per_tp: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
+    for side, event in ad_events(impressions, base_ts=base_ts):
+        topic = settings.impressions if side == "left" else settings.clicks
+        key = event["auction_id"].encode()
+        per_tp.setdefault((topic, zlib.crc32(key) % PARTITIONS), []).append((key, orjson.dumps(event)))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.broker.removeprefix("kafka://"), linger_ms=5)
+    await producer.start()
+    try:
+        for (topic, partition), rows in per_tp.items():
+            for start in range(0, len(rows), 5000):
+                await send_records(producer, topic, partition, rows[start : start + 5000])
+    finally:
+        await producer.stop()
+    return sum(len(rows) for rows in per_tp.values())
+
+
+def consumed(view: dict[str, Any] | None, total: int) -> int | None:
+    """Input records the worker has read, once it owns every partition and knows their ends."""
+    if view is None or len(view["actives"]) < PARTITIONS:
+        return None
+    lags = view["lag"].values()
+    if any(lag is None for lag in lags):
+        return None
+    return total - sum(lags)
+
+
+async def run_pipeline(
+    name: str, base: Settings, total: int, run_dir: Path, timeout: float
+) -> dict[str, Any]:
+    uid = uuid.uuid4().hex[:6]
+    settings = dataclasses.replace(base, app_id=f"wb-{name}-{uid}")
+    await create_topics(settings.broker.removeprefix("kafka://"), settings)
+    worker = WorkerProcess(
+        f"{name}-{uid}",
+        "host-1",
+        "rack-1",
+        settings.broker.removeprefix("kafka://"),
+        settings.app_id,
+        run_dir,
+        standby_replicas=0,
+        partitions=PARTITIONS,
+        topic_prefix=settings.topic_prefix,
+        app_module=PIPELINES[name],
+    ).start()
+    first: tuple[float, int, float] | None = None
+    last: tuple[float, int, float] | None = None
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            worker.check()
+            view = worker.view()
+            assert worker.process is not None
+            sample = (time.perf_counter(), consumed(view, total), cpu_seconds(worker.process.pid))
+            if sample[1] is not None and sample[1] > 0:
+                point = (sample[0], sample[1], sample[2])
+                first = first or point
+                last = point
+                if sample[1] >= total:
+                    break
+            await asyncio.sleep(POLL_S)
+        else:
+            raise RuntimeError(f"{name}: not done in {timeout} s (last: {last})")
+        outputs, late = (view["outputs"], view["late"]) if view else (0, 0)
+    finally:
+        worker.stop(10)
+    assert first is not None and last is not None
+    records, wall, cpu = last[1] - first[1], last[0] - first[0], last[2] - first[2]
+    return {"records": records, "wall": wall, "cpu": cpu, "outputs": outputs, "late": late}
+
+
+async def bench(impressions: int, rounds: int, timeout: float) -> list[str]:
+    best: dict[str, tuple[float, float]] = {}
+    runs: list[str] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp,
+        EmbeddedBroker(log_dir=Path(tmp) / "broker") as broker,
+    ):
+        base = dataclasses.replace(
+            from_env(), broker=f"kafka://{broker.bootstrap}", topic_prefix="wb-", partitions=PARTITIONS
+        )
+        await create_topics(broker.bootstrap, base)
+        total = await load_inputs(base, impressions)
+        for n in range(rounds):
+            for name in PIPELINES:
+                run = await run_pipeline(name, base, total, Path(tmp) / f"r{n}", timeout)
+                wall_rate, cpu_rate = run["records"] / run["wall"], run["records"] / max(run["cpu"], 1e-9)
+                runs.append(
+                    f"{name} round {n + 1}: {wall_rate:,.0f}/s wall, {cpu_rate:,.0f} per CPU-s, "
+                    f"{run['outputs']:,} results, {run['late']:,} late"
+                )
+                old = best.get(name, (0.0, 0.0))
+                best[name] = (max(old[0], wall_rate), max(old[1], cpu_rate))
+    raw = best["consume-only"]
+    return [
+        f"Input: {total:,} records ({impressions:,} impressions and their clicks), {PARTITIONS} "
+        f"partitions, one worker process, embedded tansu broker; best of {rounds} alternating rounds.",
+        "",
+        "| pipeline | records/s (wall) | vs consume-only | records per CPU-s | vs consume-only |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        *(
+            f"| {name} | {wall:,.0f} | {wall / raw[0]:.2f} | {cpu:,.0f} | {cpu / raw[1]:.2f} |"
+            for name, (wall, cpu) in best.items()
+        ),
+        "",
+        *(f"- {line}" for line in runs),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--impressions", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
+    args = parser.parse_args()
+    print("\n".join(asyncio.run(bench(args.impressions, args.rounds, args.timeout))))
+
+
+if __name__ == "__main__":
+    main()
