@@ -42,6 +42,8 @@ class Settings:
     topic_prefix: str
     assignor: str
     state: str
+    align_max_wait_ms: int = 2000
+    align_max_held: int = 50_000
 
     @property
     def impressions(self) -> str:
@@ -100,4 +102,8 @@ def from_env() -> Settings:
         assignor=_env("TANDEM_ASSIGNOR", "tandem"),
         # "tables" (RocksDB, tables/) or "interim" (in-memory + files, app/state.py).
         state=_env("TANDEM_STATE", "tables"),
+        # Event-time alignment of the two inputs (app/alignment.py): how long an input
+        # that delivers nothing may hold the other back, and how many records at most.
+        align_max_wait_ms=_int("TANDEM_ALIGN_MAX_WAIT_MS", 2000),
+        align_max_held=_int("TANDEM_ALIGN_MAX_HELD", 50_000),
     )

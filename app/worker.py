@@ -6,13 +6,14 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
 from faust.types import TP
 from faust.web import Request, Response, View
 
+from app.alignment import Aligner
 from app.join_state import TablesState
 from app.settings import Settings
 from app.state import StateManager
@@ -22,6 +23,8 @@ from tables.records import Rejected, Side, validate
 # Input batches: up to this many records, or what arrived within this time.
 BATCH_MAX = 500
 BATCH_WITHIN_S = 0.05
+# How often held records are checked when no batch comes (app/alignment.py).
+ALIGN_CHECK_S = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,13 @@ class Worker:
         self._starting: asyncio.Future[None] | None = None
         self.positions: dict[TP, int] = {}
         self.dead_letters = 0
+        self.aligner: Aligner[tuple[Side, dict[str, Any], Any]] = Aligner(
+            [settings.impressions, settings.clicks],
+            max_wait_s=settings.align_max_wait_ms / 1000,
+            max_held=settings.align_max_held,
+        )
+        self._joining = asyncio.Lock()  # the agent and the release timer join in turn
+        self.ack: Callable[[Any], Awaitable[Any]] = _no_ack  # the agent's stream.ack
         self.outputs = 0
         self.rebalances = 0
         # Partitions this worker took over in the last rebalance and has not yet emitted
@@ -65,37 +75,92 @@ class Worker:
             self._starting = asyncio.ensure_future(self.state.start())
         await asyncio.shield(self._starting)
 
-    async def handle_batch(self, messages: list[Any]) -> None:
-        """A batch of input records: dead letters, and per partition join, emit, commit.
+    async def handle_batch(self, events: list[Any]) -> None:
+        """A batch of input events: bad records to the dead-letter topic; valid ones held
+        and joined per partition in event-time order (app/alignment.py).
 
-        Returns once results, dead letters and changelog are acknowledged; Faust
-        acks the batch's input offsets only after that (at-least-once).
-        """
+        Each event is acked once its results, dead letter or changelog are acknowledged;
+        Faust commits an input offset only when every offset before it is acked
+        (at-least-once), so a held record is never committed before it is joined."""
         now = int(time.time() * 1000)
-        by_partition: dict[int, list[tuple[Side, dict[str, Any]]]] = {}
         letters = []
-        positions: dict[TP, int] = {}
-        for message in messages:
+        touched: set[int] = set()
+        for event in events:
+            message = event.message
             side: Side = "left" if message.topic == self.settings.impressions else "right"
-            positions[TP(message.topic, message.partition)] = message.offset
             checked = validate(side, message.key, message.value, now)
             if isinstance(checked, Rejected):
-                letters.append(await self._dead_letter(message, checked.reason))
+                letters.append((event, await self._dead_letter(message, checked.reason)))
+                self.aligner.skip(message.partition, message.topic, message.offset)
             else:
-                by_partition.setdefault(message.partition, []).append((side, checked))
-        for partition in self._awaiting_first & by_partition.keys() - self._received:
+                item = (side, checked, event)
+                self.aligner.add(message.partition, message.topic, message.offset, checked["ts"], item)
+                touched.add(message.partition)
+        for partition in self._awaiting_first & touched - self._received:
             self._received.add(partition)
             log.info("tandem: partition %s: first records after takeover received", partition)
         await self.ensure_started()
-        for partition, items in by_partition.items():
-            before = self.outputs
-            await self.state.process_batch(partition, items, self._emit)
-            if partition in self._awaiting_first and self.outputs > before:
-                self._awaiting_first.discard(partition)
-                log.info("tandem: partition %s: first result after takeover acked", partition)
-        await asyncio.gather(*letters)
+        async with self._joining:
+            for partition in sorted(touched):
+                await self._join(partition, await self._release(partition))
+        for event, letter in letters:
+            await letter
+            await self.ack(event)
         self.dead_letters += len(letters)
-        self.positions.update(positions)  # lag counts what is not yet processed
+
+    async def release_waiting(self) -> None:
+        """Join held records whose wait is over although no new batch came (timer)."""
+        if self._starting is None:
+            return
+        async with self._joining:
+            for partition in self.aligner.holding():
+                await self._join(partition, await self._release(partition))
+
+    async def flush_held(self) -> None:
+        """Join every held record now: before a revocation or a stop, when Faust waits
+        for every event it handed over to be acked."""
+        if self._starting is None:
+            return
+        async with self._joining:
+            for partition in self.aligner.holding():
+                items = self.aligner.release_all(partition)
+                log.info("tandem: partition %s: joining %s held records now", partition, len(items))
+                await self._join(partition, items)
+
+    async def _join(self, partition: int, items: list[tuple[Side, dict[str, Any], Any]]) -> None:
+        if not items:
+            return
+        before = self.outputs
+        await self.state.process_batch(partition, [(side, record) for side, record, _ in items], self._emit)
+        if partition in self._awaiting_first and self.outputs > before:
+            self._awaiting_first.discard(partition)
+            log.info("tandem: partition %s: first result after takeover acked", partition)
+        positions = self.positions
+        for _, _, event in items:
+            tp = event.message.tp
+            positions[tp] = max(positions.get(tp, -1), event.message.offset)
+            await self.ack(event)
+
+    async def _release(self, partition: int) -> list[tuple[Side, dict[str, Any], Any]]:
+        """Held records of the partition now due, given how far each input has been read."""
+        consumer = self.app.consumer
+        ends: dict[str, int | None] = {}
+        starts: dict[str, int | None] = {}
+        for topic in (self.settings.impressions, self.settings.clicks):
+            tp = TP(topic, partition)
+            try:
+                ends[topic] = consumer.highwater(tp)  # None until a fetch has seen it
+            except (AssertionError, KeyError):
+                ends[topic] = None
+            # Where this consumer started: the group's committed offset (Faust keeps it).
+            starts[topic] = consumer._committed_offset.get(tp)
+        fetched: dict[str, int | None] = {}
+        for topic in self.aligner.stalled(partition, ends):
+            try:
+                fetched[topic] = await consumer.position(TP(topic, partition))
+            except Exception:  # noqa: BLE001 - revoked meanwhile: keep waiting
+                fetched[topic] = None
+        return self.aligner.release(partition, ends, starts, fetched)
 
     async def _emit(self, results: list[dict[str, Any]]) -> None:
         # Acknowledged before the changelog write: a crash in between replays the
@@ -170,6 +235,8 @@ class Worker:
             "joined": {str(p): n for p, n in sorted(state.joined_counts().items())},
             "outputs": self.outputs,
             "dead_letters": self.dead_letters,
+            "held": self.aligner.held(),  # waiting for the other input (app/alignment.py)
+            "forced": self.aligner.forced,
             "late": state.late(),
             "replayed_total": state.total_replayed,
             "rebalances": self.rebalances,
@@ -250,6 +317,7 @@ def build(settings: Settings) -> faust.App:
     if settings.assignor == "tandem":
         _install_tandem(app, worker, settings)
     _tune_consumer(app, settings)
+    _flush_before_waiting_for_acks(app, worker)
     return app
 
 
@@ -276,6 +344,23 @@ def _tune_consumer(app: faust.App, settings: Settings) -> None:
     app.transport.Consumer = TunedConsumer
     if settings.follower_sync_delay_ms > 0:
         _delay_follower_sync(settings.follower_sync_delay_ms / 1000)
+
+
+def _flush_before_waiting_for_acks(app: faust.App, worker: Worker) -> None:
+    """Faust waits for every event it handed over to be acked before a revocation or a
+    stop goes on (`wait_empty`): join the held ones first, or it would wait forever."""
+    base = app.transport.Consumer
+
+    class FlushingConsumer(base):  # type: ignore[misc, valid-type]
+        async def wait_empty(self) -> None:
+            await worker.flush_held()
+            await super().wait_empty()
+
+    app.transport.Consumer = FlushingConsumer
+
+
+async def _no_ack(event: Any) -> None:
+    """Before the agent starts there is no stream to ack on (unit tests)."""
 
 
 def _delay_follower_sync(seconds: float) -> None:
@@ -333,9 +418,14 @@ def _register(app: faust.App, worker: Worker, settings: Settings) -> None:
 
     @app.agent(inputs, name="ad-join")
     async def join(stream: faust.StreamT[bytes]) -> None:
-        # take_events acks a batch's offsets only after this body has processed it.
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            await worker.handle_batch([event.message for event in events])
+        # Events are acked by the worker once joined: some are held for event-time order.
+        worker.ack = stream.ack
+        async for events in stream.noack_take(BATCH_MAX, within=BATCH_WITHIN_S):
+            await worker.handle_batch(list(events))
+
+    @app.timer(interval=ALIGN_CHECK_S)
+    async def release_waiting() -> None:
+        await worker.release_waiting()
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: faust.App, revoked: set[TP], **kwargs: Any) -> None:
@@ -348,6 +438,7 @@ def _register(app: faust.App, worker: Worker, settings: Settings) -> None:
 
     @app.on_before_shutdown.connect
     async def on_shutdown(sender: faust.App, **kwargs: Any) -> None:
+        await asyncio.wait_for(worker.flush_held(), 30.0)
         await asyncio.wait_for(worker.state.close(), 5.0)
 
     @app.page("/tandem/")

@@ -121,12 +121,12 @@ async def run_pipeline(
             await asyncio.sleep(POLL_S)
         else:
             raise RuntimeError(f"{name}: not done in {timeout} s (last: {last})")
-        outputs, late = (view["outputs"], view["late"]) if view else (0, 0)
+        outputs, late, forced = (view["outputs"], view["late"], view["forced"]) if view else (0, 0, 0)
     finally:
         worker.stop(10)
     assert first is not None and last is not None
     records, wall, cpu = last[1] - first[1], last[0] - first[0], last[2] - first[2]
-    return {"records": records, "wall": wall, "cpu": cpu, "outputs": outputs, "late": late}
+    return {"records": records, "wall": wall, "cpu": cpu, "outputs": outputs, "late": late, "forced": forced}
 
 
 async def bench(impressions: int, rounds: int, timeout: float) -> list[str]:
@@ -147,7 +147,8 @@ async def bench(impressions: int, rounds: int, timeout: float) -> list[str]:
                 wall_rate, cpu_rate = run["records"] / run["wall"], run["records"] / max(run["cpu"], 1e-9)
                 runs.append(
                     f"{name} round {n + 1}: {wall_rate:,.0f}/s wall, {cpu_rate:,.0f} per CPU-s, "
-                    f"{run['outputs']:,} results, {run['late']:,} late"
+                    f"{run['outputs']:,} results, {run['late']:,} late, "
+                    f"{run['forced']:,} released before their turn"
                 )
                 old = best.get(name, (0.0, 0.0))
                 best[name] = (max(old[0], wall_rate), max(old[1], cpu_rate))

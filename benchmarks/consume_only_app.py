@@ -16,10 +16,12 @@ app = _reference.app
 _worker = app.tandem  # type: ignore[attr-defined]
 
 
-async def _consume_only(messages: list[Any]) -> None:
-    positions = _worker.positions
-    for message in messages:
+async def _consume_only(events: list[Any]) -> None:
+    positions, ack = _worker.positions, _worker.ack
+    for event in events:
+        message = event.message
         positions[TP(message.topic, message.partition)] = message.offset
+        await ack(event)
 
 
 _worker.handle_batch = _consume_only

@@ -1,0 +1,159 @@
+"""Event-time alignment of the join's two inputs (app/alignment.py), without Kafka."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.alignment import Aligner
+
+IMP, CLK = "impressions", "clicks"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def aligner(**kwargs: object) -> tuple[Aligner[str], Clock]:
+    clock = Clock()
+    return Aligner([IMP, CLK], clock=clock, **kwargs), clock  # type: ignore[arg-type]
+
+
+def test_a_topic_running_ahead_is_held_until_the_other_catches_up() -> None:
+    a, _ = aligner()
+    for offset, ts in enumerate([10, 20, 30, 40]):
+        a.add(0, IMP, offset, ts, f"i{ts}")
+    a.add(0, CLK, 0, 25, "c25")
+    ends = {IMP: 100, CLK: 100}  # both have more on the broker
+    assert a.release(0, ends) == ["i10", "i20", "c25"]
+    assert a.held(0) == 2
+    a.add(0, CLK, 1, 35, "c35")
+    assert a.release(0, ends) == ["i30", "c35"]
+    # Clicks caught up (their end reached): they bound nothing any more.
+    assert a.release(0, {IMP: 100, CLK: 2}) == ["i40"]
+    assert a.forced == 0
+
+
+def test_partitions_are_independent() -> None:
+    a, _ = aligner()
+    a.add(0, IMP, 0, 10, "p0-i10")
+    a.add(1, IMP, 0, 10, "p1-i10")
+    a.add(1, CLK, 0, 50, "p1-c50")
+    ends = {IMP: 9, CLK: 9}
+    assert a.release(1, ends) == ["p1-i10"]
+    assert a.release(0, ends) == []  # partition 0 has no click yet, and clicks have data
+    assert a.holding() == [0, 1]
+
+
+def test_an_input_with_records_on_the_broker_but_none_received_holds_the_other_back() -> None:
+    a, clock = aligner(max_wait_s=2.0, max_wait_unheard_s=60.0)
+    a.add(0, IMP, 0, 10, "i10")
+    assert a.release(0, {IMP: 1, CLK: 500}) == []
+    clock.now = 30.0
+    assert a.release(0, {IMP: 1, CLK: 500}) == []  # Faust may hand one backlog over late
+    clock.now = 61.0
+    assert a.release(0, {IMP: 1, CLK: 500}) == ["i10"]  # taken for empty at last
+
+
+def test_an_input_whose_end_is_unknown_holds_back_for_max_wait_only() -> None:
+    a, clock = aligner(max_wait_s=2.0)
+    a.add(0, IMP, 0, 10, "i10")
+    assert a.release(0, {IMP: 1, CLK: None}) == []
+    clock.now = 1.9
+    assert a.release(0, {IMP: 1, CLK: None}) == []
+    clock.now = 2.0
+    assert a.release(0, {IMP: 1, CLK: None}) == ["i10"]
+
+
+def test_an_empty_or_already_committed_input_holds_nothing_back() -> None:
+    a, _ = aligner()
+    a.add(0, IMP, 7, 10, "i10")
+    assert a.release(0, {IMP: 8, CLK: 0}) == ["i10"]  # clicks partition empty
+    a.add(0, IMP, 8, 20, "i20")
+    # Clicks: the group committed offset 40, the end is 40: nothing to wait for.
+    assert a.release(0, {IMP: 9, CLK: 40}, {IMP: 0, CLK: 40}) == ["i20"]
+
+
+def test_the_cap_releases_the_oldest_and_counts_them() -> None:
+    a, _ = aligner(max_held=3)
+    for offset, ts in enumerate([50, 10, 40, 20, 30]):
+        a.add(0, IMP, offset, ts, f"i{ts}")
+    assert a.release(0, {IMP: 100, CLK: 100}) == ["i10", "i20"]  # clicks unheard: held
+    assert a.forced == 2
+    assert a.held(0) == 3
+
+
+def test_release_all_empties_the_partition_in_time_order() -> None:
+    a, _ = aligner()
+    for offset, ts in enumerate([30, 10, 20]):
+        a.add(3, IMP, offset, ts, f"i{ts}")
+    assert a.release_all(3) == ["i10", "i20", "i30"]
+    assert a.held() == 0 and a.holding() == [] and a.forced == 3
+    assert a.release_all(9) == []
+
+
+@st.composite
+def two_inputs(draw: st.DrawFn) -> tuple[list[int], list[int], list[int]]:
+    """Two topics' timestamps, each in time order, and a delivery order: which topic
+    hands over its next record (any interleaving Faust might produce)."""
+    left = sorted(draw(st.lists(st.integers(0, 1000), max_size=40)))
+    right = sorted(draw(st.lists(st.integers(0, 1000), max_size=40)))
+    order = draw(st.permutations([0] * len(left) + [1] * len(right)))
+    return left, right, list(order)
+
+
+@settings(max_examples=300, deadline=None)
+@given(two_inputs(), st.integers(1, 7))
+def test_any_delivery_order_is_released_in_time_order_exactly_once(
+    inputs: tuple[list[int], list[int], list[int]], release_every: int
+) -> None:
+    """However the two topics' deliveries interleave, while both have more on the broker
+    the join sees one timestamp-ordered stream, every record exactly once, nothing forced."""
+    left, right, order = inputs
+    a, _ = aligner()
+    ends = {IMP: len(left), CLK: len(right)}
+    next_index = [0, 0]
+    items: list[str] = []
+    for step, which in enumerate(order):
+        topic, values = (IMP, left) if which == 0 else (CLK, right)
+        i = next_index[which]
+        next_index[which] += 1
+        a.add(0, topic, i, values[i], f"{topic}:{i}")
+        if step % release_every == 0:
+            items += a.release(0, ends)
+    items += a.release(0, ends)  # both caught up now
+    assert sorted(items) == sorted(
+        [f"{IMP}:{i}" for i in range(len(left))] + [f"{CLK}:{i}" for i in range(len(right))]
+    )
+    times = [(left if item.startswith(IMP) else right)[int(item.split(":")[1])] for item in items]
+    assert times == sorted(times)
+    assert a.forced == 0 and a.held() == 0
+
+
+def test_a_dead_lettered_last_record_still_counts_as_read() -> None:
+    a, _ = aligner()
+    a.add(0, CLK, 0, 50, "c50")
+    a.add(0, IMP, 0, 10, "i10")
+    a.skip(0, IMP, 1)  # bad JSON at the end of impressions: read, never joined
+    assert a.release(0, {IMP: 2, CLK: 1}) == ["i10", "c50"]
+
+
+def test_an_input_short_of_its_end_without_records_to_come_is_found_by_its_position() -> None:
+    """Transaction markers take offsets: an input can stay short of its high watermark
+    with every record read. After max_wait_s of silence the consumer's position decides."""
+    a, clock = aligner(max_wait_s=2.0)
+    a.add(0, IMP, 0, 10, "i10")
+    a.add(0, IMP, 1, 60, "i60")
+    a.add(0, CLK, 4, 20, "c20")
+    ends = {IMP: 2, CLK: 6}  # offset 5 of clicks: a commit marker
+    assert a.release(0, ends) == ["i10", "c20"]
+    assert a.stalled(0, ends) == []  # not silent long enough to ask
+    clock.now = 2.5
+    assert a.stalled(0, ends) == [CLK]
+    assert a.release(0, ends, fetched={CLK: 5}) == []  # records still to come: wait
+    assert a.release(0, ends, fetched={CLK: 6}) == ["i60"]
+    assert a.forced == 0
