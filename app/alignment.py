@@ -14,8 +14,8 @@ of each topic's bound: the highest timestamp received from that topic while the
 broker holds more of it (its high watermark is past the next offset to read), none
 once it is caught up, as Kafka Streams waits for a partition it knows has data. An
 input whose end is not known yet holds the others back for at most `max_wait_s`
-(Kafka Streams' max.task.idle.ms); one with data on the broker but nothing received
-yet, for at most MAX_WAIT_UNHEARD_S. Live traffic is caught up after
+(Kafka Streams' max.task.idle.ms); one with data on the broker that sends nothing,
+for at most MAX_WAIT_UNHEARD_S. Live traffic is caught up after
 every fetch, so nothing is held there; a backlog is joined as if it had arrived
 in time. At most `max_held` records are held per partition: beyond that the
 oldest are released anyway (counted in `forced`), so memory stays bounded.
@@ -35,10 +35,11 @@ _INF = float("inf")
 
 DEFAULT_MAX_WAIT_S = 2.0
 DEFAULT_MAX_HELD = 50_000
-# An input with records on the broker that has sent none yet: Faust may hand one
-# partition's backlog over long before another's (seen: 9,500 impressions before
-# the first click of the same partition); past this, it is taken for empty (a fresh
-# group on a partition whose records all expired: its end is past offset 0).
+# An input with records on the broker that sends none: Faust may hand one partition's
+# backlog over long before another's (seen: 9,500 impressions before the first click
+# of the same partition, and seconds of silence from an input mid-backlog); past this
+# it is taken for done (a fresh group on a partition whose records all expired, or
+# transaction markers at the end, which take offsets but are no records).
 MAX_WAIT_UNHEARD_S = 60.0
 
 
@@ -94,45 +95,23 @@ class Aligner(Generic[Item]):
         partition: int,
         ends: Mapping[str, int | None],
         starts: Mapping[str, int | None] | None = None,
-        fetched: Mapping[str, int | None] | None = None,
     ) -> list[Item]:
         """Held records now due, oldest first.
 
         `ends[topic]`: the partition's high watermark in that topic (the next offset to be
         written), None if not known yet; `starts[topic]`: where this consumer started
-        reading it (the group's committed offset), None if unknown (then 0); `fetched`:
-        the consumer's position for the inputs `stalled()` named (None if not asked)."""
+        reading it (the group's committed offset), None if unknown (then 0)."""
         state = self._partitions.get(partition)
         if state is None or not state.held:
             return []
-        starts, fetched = starts or {}, fetched or {}
-        limit = min(
-            self._bound(state.inputs[t], ends.get(t), starts.get(t), fetched.get(t)) for t in self.topics
-        )
+        starts = starts or {}
+        limit = min(self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics)
         held, out = state.held, []
         while held and (held[0][0] <= limit or len(held) > self.max_held):
             if held[0][0] > limit:
                 self.forced += 1
             out.append(heapq.heappop(held)[2])
         return out
-
-    def stalled(self, partition: int, ends: Mapping[str, int | None]) -> list[str]:
-        """Inputs that hold records back, are short of their end and have read nothing for
-        `max_wait_s`: what is missing may be no records at all (transaction markers take
-        offsets too), which only the consumer's position can tell."""
-        state = self._partitions.get(partition)
-        if state is None or not state.held:
-            return []
-        now = self.clock()
-        return [
-            topic
-            for topic, source in state.inputs.items()
-            if source.last_offset is not None
-            and source.last_read_at is not None
-            and (end := ends.get(topic)) is not None
-            and source.last_offset + 1 < end
-            and now - source.last_read_at >= self.max_wait_s
-        ]
 
     def release_all(self, partition: int) -> list[Item]:
         """Every held record of the partition, oldest first (before a revocation or a stop)."""
@@ -164,22 +143,26 @@ class Aligner(Generic[Item]):
         source.waiting_since = None
         return source
 
-    def _bound(self, source: _Input, end: int | None, start: int | None, fetched: int | None) -> float:
+    def _bound(self, source: _Input, end: int | None, start: int | None) -> float:
         """Up to which timestamp this input lets the partition's records through."""
-        next_offset = source.last_offset + 1 if source.last_offset is not None else start or 0
-        if end is not None and next_offset >= end:
-            return _INF  # caught up: whatever it sends next comes later
-        if source.last_offset is not None and end is not None:
-            if fetched is not None and fetched >= end:
-                return _INF  # the consumer is past the end: the rest were not records
-            # More is on the broker: wait for it (no time limit; the cap bounds memory).
-            return -_INF if source.highest_ts is None else float(source.highest_ts)
-        # Nothing read from it yet, or no end known: wait, but not for ever. The clock
-        # starts at the first release it holds back (after any restore).
         now = self.clock()
-        if source.waiting_since is None:
-            source.waiting_since = now
-        limit = self.max_wait_s if end is None else self.max_wait_unheard_s
-        if now - source.waiting_since >= limit:
+        if source.last_offset is None:
+            next_offset = start or 0
+            if end is not None and next_offset >= end:
+                return _INF  # nothing to read: an empty or fully committed partition
+            # Nothing read from it yet: wait, but not for ever. The clock starts at the
+            # first release it holds back (after any restore).
+            if source.waiting_since is None:
+                source.waiting_since = now
+            limit = self.max_wait_s if end is None else self.max_wait_unheard_s
+            return _INF if now - source.waiting_since >= limit else -_INF
+        if end is not None and source.last_offset + 1 >= end:
+            return _INF  # caught up: whatever it sends next comes later
+        # More on the broker (or no end known): wait for it. An input short of its end
+        # with nothing more to send (transaction markers take offsets too) or one that
+        # stopped sending is let go after a long silence; the cap bounds memory.
+        assert source.last_read_at is not None
+        silence = self.max_wait_s if end is None else self.max_wait_unheard_s
+        if now - source.last_read_at >= silence:
             return _INF
         return -_INF if source.highest_ts is None else float(source.highest_ts)

@@ -105,12 +105,15 @@ class TablesState:
         if join is None:
             return  # revoked meanwhile: the new owner processes it (offset not committed here)
         results: list[dict[str, Any]] = []
+        bumps: dict[str, int] = {}
         for side, record in items:
             dropped = (join.duplicates, join.late)
             found = join.process(side, record)
             accepted = (join.duplicates, join.late) == dropped
-            _count_campaigns(join, side, record, found, accepted)
+            _count_campaigns(bumps, side, record, found, accepted)
             results += found
+        for name, delta in bumps.items():  # one state write per counter and batch
+            join.add_counter(name, delta)
         await emit(results)
         await self.tables.commit(partition)
         self.joined[partition] = self.joined.get(partition, 0) + len(results)
@@ -154,17 +157,17 @@ class TablesState:
 
 
 def _count_campaigns(
-    join: WindowedJoin,
+    bumps: dict[str, int],
     side: str,
     record: dict[str, Any],
     results: list[dict[str, Any]],
     accepted: bool,
 ) -> None:
     # Counters kept with the join state, so they ride the changelog with it.
-    bumps: list[str] = []
     if side == "left" and accepted:
-        bumps.append(f"{_CTR}i:{record['campaign_id']}")
-    bumps += [f"{_CTR}c:{r['campaign_id']}" for r in results if r["kind"] == "inner"]
-    for name in bumps:
-        join.add_counter(name)
-
+        name = f"{_CTR}i:{record['campaign_id']}"
+        bumps[name] = bumps.get(name, 0) + 1
+    for r in results:
+        if r["kind"] == "inner":
+            name = f"{_CTR}c:{r['campaign_id']}"
+            bumps[name] = bumps.get(name, 0) + 1

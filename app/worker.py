@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -10,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
+import orjson
 from faust.types import TP
 from faust.web import Request, Response, View
 
@@ -18,6 +20,7 @@ from app.join_state import TablesState
 from app.settings import Settings
 from app.state import StateManager
 from app.view import render_html
+from tables.changelog import send_records
 from tables.records import Rejected, Side, validate
 
 # Input batches: up to this many records, or what arrived within this time.
@@ -49,6 +52,7 @@ class Worker:
             max_wait_s=settings.align_max_wait_ms / 1000,
             max_held=settings.align_max_held,
         )
+        self._output_headers = [("tandem-worker", settings.worker.encode())]
         self._joining = asyncio.Lock()  # the agent and the release timer join in turn
         self.ack: Callable[[Any], Awaitable[Any]] = _no_ack  # the agent's stream.ack
         self.outputs = 0
@@ -101,8 +105,7 @@ class Worker:
             log.info("tandem: partition %s: first records after takeover received", partition)
         await self.ensure_started()
         async with self._joining:
-            for partition in sorted(touched):
-                await self._join(partition, await self._release(partition))
+            await self._join_released(sorted(touched))
         for event, letter in letters:
             await letter
             await self.ack(event)
@@ -113,8 +116,7 @@ class Worker:
         if self._starting is None:
             return
         async with self._joining:
-            for partition in self.aligner.holding():
-                await self._join(partition, await self._release(partition))
+            await self._join_released(self.aligner.holding())
 
     async def flush_held(self) -> None:
         """Join every held record now: before a revocation or a stop, when Faust waits
@@ -127,11 +129,18 @@ class Worker:
                 log.info("tandem: partition %s: joining %s held records now", partition, len(items))
                 await self._join(partition, items)
 
+    async def _join_released(self, partitions: list[int]) -> None:
+        """Join what each partition releases, the partitions side by side: each waits for
+        its results' and changelog's acks (two broker round trips), which overlap."""
+        released = {p: self._release(p) for p in partitions}
+        await asyncio.gather(*(self._join(p, items) for p, items in released.items() if items))
+
     async def _join(self, partition: int, items: list[tuple[Side, dict[str, Any], Any]]) -> None:
         if not items:
             return
         before = self.outputs
-        await self.state.process_batch(partition, [(side, record) for side, record, _ in items], self._emit)
+        emit = functools.partial(self._emit, partition)
+        await self.state.process_batch(partition, [(side, record) for side, record, _ in items], emit)
         if partition in self._awaiting_first and self.outputs > before:
             self._awaiting_first.discard(partition)
             log.info("tandem: partition %s: first result after takeover acked", partition)
@@ -141,7 +150,7 @@ class Worker:
             positions[tp] = max(positions.get(tp, -1), event.message.offset)
             await self.ack(event)
 
-    async def _release(self, partition: int) -> list[tuple[Side, dict[str, Any], Any]]:
+    def _release(self, partition: int) -> list[tuple[Side, dict[str, Any], Any]]:
         """Held records of the partition now due, given how far each input has been read."""
         consumer = self.app.consumer
         ends: dict[str, int | None] = {}
@@ -154,30 +163,18 @@ class Worker:
                 ends[topic] = None
             # Where this consumer started: the group's committed offset (Faust keeps it).
             starts[topic] = consumer._committed_offset.get(tp)
-        fetched: dict[str, int | None] = {}
-        for topic in self.aligner.stalled(partition, ends):
-            try:
-                fetched[topic] = await consumer.position(TP(topic, partition))
-            except Exception:  # noqa: BLE001 - revoked meanwhile: keep waiting
-                fetched[topic] = None
-        return self.aligner.release(partition, ends, starts, fetched)
+        return self.aligner.release(partition, ends, starts)
 
-    async def _emit(self, results: list[dict[str, Any]]) -> None:
-        # Acknowledged before the changelog write: a crash in between replays the
-        # input, which re-emits the same join_id (a duplicate, never a loss).
-        header = [("tandem-worker", self.settings.worker.encode())]
-        sent = [
-            await self.app.producer.send(
-                self.settings.joins,
-                r["auction_id"].encode(),
-                json.dumps(r).encode(),
-                None,
-                None,
-                header,
-            )
-            for r in results
-        ]
-        await asyncio.gather(*sent)
+    async def _emit(self, partition: int, results: list[dict[str, Any]]) -> None:
+        """Send a partition's results to the same partition of the output topic, as whole
+        record batches (one send() per result cost more than the join), and wait for the
+        acks: before the changelog write, so a crash in between replays the input, which
+        re-emits the same join_id (a duplicate, never a loss)."""
+        if not results:
+            return
+        records = [(r["auction_id"].encode(), orjson.dumps(r)) for r in results]
+        producer = self.app.producer._ensure_producer()  # Faust's aiokafka producer
+        await send_records(producer, self.settings.joins, partition, records, self._output_headers)
         self.outputs += len(results)
 
     async def _dead_letter(self, message: Any, reason: str) -> Awaitable[Any]:

@@ -85,9 +85,11 @@ async def send_records(
     topic: str,
     partition: int,
     records: Sequence[tuple[bytes | None, bytes | None]],
+    headers: Sequence[tuple[str, bytes]] = (),
 ) -> int | None:
     """Produce (key, value) records to one partition in order, as whole record batches
     (far cheaper than one send() each), and wait for the acks. Returns the last offset.
+    `headers` go on every record.
 
     Each batch is closed before it is handed over: a closed batch is sent at once,
     an open one would wait out the producer's `linger_ms` first."""
@@ -96,12 +98,13 @@ async def send_records(
     batches: list[tuple[BatchBuilder, int]] = []
     batch = producer.create_batch()
     append = batch.append
+    on_each = list(headers)
     for key, value in records:
-        if append(key=key, value=value, timestamp=None) is None:
+        if append(key=key, value=value, timestamp=None, headers=on_each) is None:
             batches.append((batch, batch.record_count()))
             batch = producer.create_batch()
             append = batch.append
-            append(key=key, value=value, timestamp=None)
+            append(key=key, value=value, timestamp=None, headers=on_each)
     batches.append((batch, batch.record_count()))
     sent = []
     for b, n in batches:
