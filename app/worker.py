@@ -153,6 +153,7 @@ class Worker:
     def _release(self, partition: int) -> list[tuple[Side, dict[str, Any], Any]]:
         """Held records of the partition now due, given how far each input has been read."""
         consumer = self.app.consumer
+        committed = getattr(consumer, "_committed_offset", {})  # Faust's; absent: start 0
         ends: dict[str, int | None] = {}
         starts: dict[str, int | None] = {}
         for topic in (self.settings.impressions, self.settings.clicks):
@@ -162,7 +163,7 @@ class Worker:
             except (AssertionError, KeyError):
                 ends[topic] = None
             # Where this consumer started: the group's committed offset (Faust keeps it).
-            starts[topic] = consumer._committed_offset.get(tp)
+            starts[topic] = committed.get(tp)
         return self.aligner.release(partition, ends, starts)
 
     async def _emit(self, partition: int, results: list[dict[str, Any]]) -> None:
