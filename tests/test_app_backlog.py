@@ -16,7 +16,10 @@ same traffic, thinner (5 impressions and 3 clicks a second), about 30 min of it 
 finds every click's impression; taken alternately from the two topics, as Faust's
 round-robin does, it drops about 2,100 records as late and loses about 1,300 joins.
 
-Every wait is bounded; the worker is stopped by its process id.
+The second test starts a second worker while the first is catching up on a larger
+backlog of the same kind: the rebalance must complete and no join may be lost.
+
+Every wait is bounded; workers are stopped by their process ids.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import time
 import zlib
 from pathlib import Path
@@ -56,16 +60,16 @@ class Backlog:
     clicked: set[str]  # impression ids that have a click
 
 
-async def _load(settings: Settings, bootstrap: str) -> Backlog:
+async def _load(settings: Settings, bootstrap: str, impressions_n: int = IMPRESSIONS) -> Backlog:
     """Produce the input before any worker runs, keyed and co-partitioned by auction id
     (as benchmarks/bench_worker.py does). Timestamps end about an hour ago: the worker
     rejects records more than 7 days old by the wall clock."""
-    span_ms = IMPRESSIONS * STRIDE * 10 + 300_000
+    span_ms = impressions_n * STRIDE * 10 + 300_000
     base_ts = int(time.time() * 1000) - 3_600_000 - span_ms
     per_tp: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
     impressions: dict[str, str] = {}  # auction id -> impression id
     clicks: list[dict[str, Any]] = []
-    for side, event in ad_events(IMPRESSIONS * STRIDE, base_ts=base_ts):
+    for side, event in ad_events(impressions_n * STRIDE, base_ts=base_ts):
         if int(event["auction_id"].rsplit("-", 1)[1]) % STRIDE:
             continue
         if side == "left":
@@ -84,9 +88,9 @@ async def _load(settings: Settings, bootstrap: str) -> Backlog:
                 await send_records(producer, topic, partition, rows[start : start + 5000])
     finally:
         await producer.stop()
-    assert len(impressions) == IMPRESSIONS
+    assert len(impressions) == impressions_n
     expected = {f"{impressions[c['auction_id']]}|{c['event_id']}" for c in clicks}
-    assert len(expected) == len(clicks) > IMPRESSIONS / 2  # one click per clicked impression
+    assert len(expected) == len(clicks) > impressions_n / 2  # one click per clicked impression
     clicked = {impressions[c["auction_id"]] for c in clicks}
     return Backlog(sum(len(rows) for rows in per_tp.values()), expected, clicked)
 
@@ -206,3 +210,164 @@ def test_worker_started_on_a_backlog_drops_nothing_as_late(
     # clicked impression.
     unmatched = {r["impression_id"] for r in results if r["kind"] != "inner"}
     assert not unmatched & backlog.clicked, sorted(unmatched & backlog.clicked)[:10]
+
+
+# A rebalance in the middle of the catch-up: a backlog that takes one worker long enough
+# for a second one to start and join the group (a Faust process starts in a few seconds,
+# the embedded broker holds its JoinGroup for one more).
+REBALANCE_IMPRESSIONS = 40_000  # and about 24,000 clicks
+REBALANCE_S = 30.0  # from w2's start until w1 is assigned again (normally a few seconds)
+REBALANCE_WAIT_S = 45.0  # then both workers own partitions, all caught up and settled
+HELD_NOW = re.compile(r"tandem: partition (\d+): joining (\d+) held records now")
+
+
+def _settings(broker: EmbeddedBroker, unique: str) -> Settings:
+    return dataclasses.replace(
+        from_env(),
+        broker=f"kafka://{broker.bootstrap}",
+        app_id=f"tandem-backlog-{unique}",
+        topic_prefix=f"b{unique}-",
+        partitions=PARTITIONS,
+    )
+
+
+def _flushed(worker: WorkerProcess) -> list[tuple[int, int]]:
+    """(partition, records) of every `Worker.flush_held` the worker logged: the held
+    records it joined before their turn because Faust waited for their acks."""
+    text = worker.log_path.read_text(errors="replace")
+    return [(int(p), int(n)) for p, n in HELD_NOW.findall(text)]
+
+
+def _both_caught_up(workers: list[WorkerProcess], timeout: float) -> dict[str, dict[str, Any]]:
+    """Poll until every partition is active on exactly one worker, each worker owns some,
+    every owner's lag is 0 and the total outputs stay unchanged for SETTLE_S."""
+    settled: tuple[float, int] | None = None
+    last: dict[str, dict[str, Any] | None] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for worker in workers:
+            worker.check()
+        last = {w.name: w.view() for w in workers}
+        done = all(v is not None and v["actives"] for v in last.values())
+        if done:
+            owned = sorted(p for v in last.values() for p in v["actives"])  # type: ignore[union-attr]
+            lags = [lag for v in last.values() for lag in v["lag"].values()]  # type: ignore[union-attr]
+            done = owned == list(range(PARTITIONS)) and all(lag == 0 for lag in lags)
+            done = done and all(v["last_rebalance"]["seconds"] is not None for v in last.values())  # type: ignore[index]
+        if done:
+            outputs = sum(v["outputs"] for v in last.values())  # type: ignore[index]
+            now = time.monotonic()
+            if settled is None or settled[1] != outputs:
+                settled = (now, outputs)
+            elif now - settled[0] >= SETTLE_S:
+                return last  # type: ignore[return-value]
+        else:
+            settled = None
+        time.sleep(0.2)
+    raise AssertionError(f"not shared and caught up within {timeout} s; last views: {last}")
+
+
+def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    """A second worker joins while the first is catching up on a backlog: the first has
+    its partitions revoked with records held for event-time order, and Faust waits for
+    every event it handed over to be acked before the revocation goes on. The worker joins
+    its held records first (`Worker.flush_held`); the rebalance must complete, the two
+    workers must finish the backlog between them, and every click's join must be in the
+    output (duplicates allowed: at-least-once). Records joined before their turn may
+    count as late, so `late` is reported, not asserted: a click dropped as late loses its
+    join, and that the set of joins catches."""
+    settings = _settings(broker, unique)
+    asyncio.run(create_topics(broker.bootstrap, settings))
+    backlog = asyncio.run(_load(settings, broker.bootstrap, REBALANCE_IMPRESSIONS))
+
+    def worker(name: str, host: str) -> WorkerProcess:
+        return WorkerProcess(
+            name,
+            host,
+            "rack-1",
+            broker.bootstrap,
+            settings.app_id,
+            tmp_path,
+            standby_replicas=0,
+            partitions=PARTITIONS,
+            topic_prefix=settings.topic_prefix,
+        )
+
+    w1, w2 = worker("w1", "host-a"), worker("w2", "host-b")
+    started = time.monotonic()
+    w1.start()
+    try:
+        # w1 alone, part of the way through: every partition's lag known, some joined.
+        mid: dict[str, Any] | None = None
+        deadline = time.monotonic() + CATCH_UP_S
+        while mid is None:
+            assert time.monotonic() < deadline, f"w1 never started on the backlog: {w1.view()}"
+            w1.check()
+            view = w1.view()
+            lags = _lags(view)
+            if view is not None and lags is not None and view["outputs"] > 0:
+                assert sum(lags.values()) > 0, f"w1 caught up before w2 could start: {view}"
+                mid = view
+            time.sleep(0.1)
+        w2_started = time.monotonic()
+        w2.start()
+        # Until w1 is assigned again. Before its revocation goes on, it joins what it held
+        # (`forced` rises by that much); anything it still holds then keeps Faust's
+        # wait_empty, and with it the whole group's rebalance, waiting.
+        before, stuck = mid, 0  # w1's last view before the flush; what it holds since
+        deadline = time.monotonic() + REBALANCE_S
+        while True:
+            w1.check()
+            w2.check()
+            view = w1.view()
+            if view is not None:
+                if view["rebalances"] >= 2:
+                    break
+                if view["forced"] == 0:
+                    before = view
+                else:
+                    stuck = view["held"]
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"w1 not assigned again within {REBALANCE_S} s of w2's start (a rebalance "
+                    f"takes a few): it held {before['held']} records (lag "
+                    f"{sum(before['lag'].values())}) before the revocation, joined "
+                    f"{_flushed(w1)} (partition, records) then, and still holds "
+                    f"{None if view is None else view['held']} whose acks Faust's wait_empty "
+                    f"waits for; log {w1.log_path}"
+                )
+            time.sleep(0.05)
+        rebalanced_s = time.monotonic() - w2_started
+        final = _both_caught_up([w1, w2], REBALANCE_WAIT_S)
+        done_s = time.monotonic() - started
+        flushed = _flushed(w1) + _flushed(w2)  # before the stops flush anything
+    finally:
+        w2.stop(10)
+        w1.stop(10)
+    joins_ends = asyncio.run(high_watermarks(broker.bootstrap, settings.joins, PARTITIONS, 15))
+    letter_ends = asyncio.run(high_watermarks(broker.bootstrap, settings.dead_letters, PARTITIONS, 15))
+    results = asyncio.run(_read_all(broker.bootstrap, settings.joins, joins_ends, 30))
+
+    v1, v2 = final["w1"], final["w2"]
+    inner = [r["join_id"] for r in results if r["kind"] == "inner"]
+    missing, wrong = backlog.expected - set(inner), set(inner) - backlog.expected
+    summary = (
+        f"backlog {backlog.total} records; w2 started at w1's lag {sum(mid['lag'].values())}, "
+        f"held {mid['held']}; w1 before the revocation: lag {sum(before['lag'].values())}, "
+        f"held {before['held']}; joined at the revocation (partition, records) {flushed}; "
+        f"held after that {stuck}; w1 assigned again {rebalanced_s:.1f} s after w2 started; "
+        f"forced w1 {v1['forced']} w2 {v2['forced']}; late {v1['late'] + v2['late']} "
+        f"(w1 {v1['late']}, w2 {v2['late']}); actives w1 {v1['actives']} w2 {v2['actives']}; "
+        f"inner joins missing {len(missing)} of {len(backlog.expected)}, unexpected "
+        f"{len(wrong)}, duplicates {len(inner) - len(set(inner))}; all done in {done_s:.1f} s "
+        f"(logs {w1.log_path}, {w2.log_path})"
+    )
+    print(summary)
+    # The rebalance completed: both own partitions, w1 was assigned twice, none exited.
+    assert v1["actives"] and v2["actives"], summary
+    assert v1["rebalances"] >= 2, summary
+    assert v1["dead_letters"] == v2["dead_letters"] == 0 and sum(letter_ends.values()) == 0, summary
+    assert not wrong, summary
+    assert not missing, summary
