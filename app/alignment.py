@@ -75,7 +75,7 @@ class Aligner(Generic[Item]):
         self.max_wait_unheard_s = max(max_wait_s, max_wait_unheard_s)
         self.max_held = max_held
         self.clock = clock
-        self.forced = 0  # records released before their turn (past the cap, or all at once)
+        self.forced = 0  # records released before their turn (past the cap)
         self._partitions: dict[int, _Partition[Item]] = {}
         self._arrivals = itertools.count()
 
@@ -113,14 +113,12 @@ class Aligner(Generic[Item]):
             out.append(heapq.heappop(held)[2])
         return out
 
-    def release_all(self, partition: int) -> list[Item]:
-        """Every held record of the partition, oldest first (before a revocation or a stop)."""
-        state = self._partitions.get(partition)
-        if state is None:
-            return []
-        out = [entry[2] for entry in sorted(state.held)]
-        self.forced += len(out)
-        state.held.clear()
+    def forget(self) -> list[Item]:
+        """Every held record of every partition, and what was read: the records will be
+        read again (a revocation: they are neither joined nor acked, so Faust commits each
+        input only up to its first held record and seeks back there afterwards)."""
+        out = [entry[2] for state in self._partitions.values() for entry in state.held]
+        self._partitions.clear()
         return out
 
     def holding(self) -> list[int]:

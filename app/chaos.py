@@ -366,8 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--run-dir", type=Path, default=None, help="logs, data dirs, report")
     p.add_argument("--shuffle-partitions", type=int, default=12, help="for reconcile's Spark")
-    p.add_argument("--deduped-reconcile", action="store_true",
-                   help="also write the output deduped by join_id and reconcile it strictly")
+    p.add_argument(
+        "--deduped-reconcile",
+        action="store_true",
+        help="also write the output deduped by join_id and reconcile it strictly",
+    )
     p.add_argument("--no-reconcile", action="store_true", help="skip the Spark judge")
     p.add_argument("--json", type=Path, help="write the figures here too")
     return p
@@ -381,9 +384,17 @@ def _settings(run: str, partitions: int) -> Settings:
 def _workers(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, run_dir: Path,
              ) -> list[WorkerProcess]:  # fmt: skip
     return [
-        WorkerProcess(f"w{i}", f"host-{i}", f"rack-{i % 2}", broker.bootstrap, s.app_id, run_dir,
-                      standby_replicas=args.standby_replicas, partitions=s.partitions,
-                      topic_prefix=s.topic_prefix)  # fmt: skip
+        WorkerProcess(
+            f"w{i}",
+            f"host-{i}",
+            f"rack-{i % 2}",
+            broker.bootstrap,
+            s.app_id,
+            run_dir,
+            standby_replicas=args.standby_replicas,
+            partitions=s.partitions,
+            topic_prefix=s.topic_prefix,
+        )  # fmt: skip
         for i in range(args.workers)
     ]
 
@@ -442,8 +453,11 @@ def _run(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings,
     log("group formed: every partition covered")
     gen = Generator(s.impressions, s.clicks, s.app_id, seed=args.seed)
     sent: list[int] = []
-    producer = threading.Thread(target=lambda: sent.append(
-        asyncio.run(produce(broker.bootstrap, gen, args.events, args.rate or None))))
+    producer = threading.Thread(
+        target=lambda: sent.append(
+            asyncio.run(produce(broker.bootstrap, gen, args.events, args.rate or None))
+        )
+    )
     producer.start()
     chaos = Chaos(broker, workers, rng, log)
     chaos.run(args.kills, args.pauses, tuple(args.gap), args.down, tuple(args.pause_s))
@@ -470,8 +484,9 @@ def _judge(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, gen: G
     log(f"output: {json.dumps(figures['output'])}")
     log(f"dead letters: {json.dumps(figures['dead_letters'])}")
     if not args.no_reconcile:
-        figures["reconcile"] = reconcile(broker.bootstrap, s, gen.start_ms,
-                                         run_dir / "reconcile.json", args.shuffle_partitions)
+        figures["reconcile"] = reconcile(
+            broker.bootstrap, s, gen.start_ms, run_dir / "reconcile.json", args.shuffle_partitions
+        )
         log(f"reconcile: exit {figures['reconcile']['exit']}, {figures['reconcile']['totals']}")
     if args.deduped_reconcile:
         deduped = f"{s.joins}-deduped"

@@ -28,8 +28,11 @@ from app.topics import create_topics
 from app.traffic import Traffic, run_traffic
 
 PARTITIONS = 6
-LABELS = [("worker-1", "host-a", "rack-1"), ("worker-2", "host-b", "rack-2"),
-          ("worker-3", "host-a", "rack-1")]
+LABELS = [
+    ("worker-1", "host-a", "rack-1"),
+    ("worker-2", "host-b", "rack-2"),
+    ("worker-3", "host-a", "rack-1"),
+]
 
 
 def say(message: str) -> None:
@@ -115,8 +118,17 @@ async def demo(args: argparse.Namespace) -> int:
         await create_topics(broker.bootstrap, settings)
         say(f"topics, {PARTITIONS} partitions each: {', '.join(settings.topics())}")
         workers = [
-            WorkerProcess(name, host, rack, broker.bootstrap, settings.app_id, run_dir,
-                          standby_replicas=1, partitions=PARTITIONS, assignor=args.assignor)
+            WorkerProcess(
+                name,
+                host,
+                rack,
+                broker.bootstrap,
+                settings.app_id,
+                run_dir,
+                standby_replicas=1,
+                partitions=PARTITIONS,
+                assignor=args.assignor,
+            )
             for name, host, rack in LABELS
         ]
         with running_workers(workers):
@@ -127,8 +139,10 @@ async def scenario(
     args: argparse.Namespace, bootstrap: str, settings: Settings, workers: list[WorkerProcess]
 ) -> int:
     for w in workers:
-        say(f"started {w.name} (pid {w.process.pid if w.process else '?'}, host {w.host}, "
-            f"rack {w.rack}) view: http://127.0.0.1:{w.port}/tandem/html")
+        say(
+            f"started {w.name} (pid {w.process.pid if w.process else '?'}, host {w.host}, "
+            f"rack {w.rack}) view: http://127.0.0.1:{w.port}/tandem/html"
+        )
     say("waiting for the group to form (the embedded broker holds each join ~1 s)")
     if not await wait_until(lambda: covered(workers, PARTITIONS), 60, 2, lambda: table(workers)):
         say("FAILED: the workers did not share the partitions within 60 s; see the logs")
@@ -139,8 +153,10 @@ async def scenario(
     outputs = Outputs(bootstrap, settings.joins)
     readers = asyncio.create_task(outputs.run(stop_outputs))
     producer = asyncio.create_task(run_traffic(bootstrap, traffic, args.rate, stop_traffic))
-    say(f"synthetic traffic: {args.rate} impressions/s, half of them clicked, "
-        "a few malformed (dead letters) and a few delivered twice")
+    say(
+        f"synthetic traffic: {args.rate} impressions/s, half of them clicked, "
+        "a few malformed (dead letters) and a few delivered twice"
+    )
     for _ in range(int(args.seconds_before_kill / 4)):
         await asyncio.sleep(4)
         say(f"sent {traffic.sent} impressions; joined records read back: {len(outputs.join_ids)}")
@@ -157,14 +173,14 @@ async def scenario(
     return code
 
 
-async def kill_and_take_over(
-    workers: list[WorkerProcess], outputs: Outputs
-) -> tuple[int, WorkerProcess]:
+async def kill_and_take_over(workers: list[WorkerProcess], outputs: Outputs) -> tuple[int, WorkerProcess]:
     victim = max(workers, key=lambda w: len((w.view() or {}).get("actives", [])))
     lost = (victim.view() or {}).get("actives", [])
     survivors = [w for w in workers if w is not victim]
-    say(f"SIGKILL {victim.name} (pid {victim.process.pid if victim.process else '?'}), "
-        f"which owned partitions {lost}")
+    say(
+        f"SIGKILL {victim.name} (pid {victim.process.pid if victim.process else '?'}), "
+        f"which owned partitions {lost}"
+    )
     killed_at = time.time()
     outputs.mark = killed_at
     victim.kill()
@@ -185,8 +201,7 @@ async def kill_and_take_over(
 async def restart(victim: WorkerProcess, workers: list[WorkerProcess]) -> int:
     """The killed worker comes back on its data dir and gets partitions back, warm."""
     victim.start()
-    say(f"restarted {victim.name} (pid {victim.process.pid if victim.process else '?'}) "
-        "on the same data dir")
+    say(f"restarted {victim.name} (pid {victim.process.pid if victim.process else '?'}) on the same data dir")
     started = time.time()
     back = await wait_until(
         lambda: (victim.view() or {}).get("actives") and covered(workers, PARTITIONS), 60, 1
@@ -195,9 +210,11 @@ async def restart(victim: WorkerProcess, workers: list[WorkerProcess]) -> int:
         say("FAILED: the restarted worker got no partitions within 60 s")
         return 1
     rebalance = (victim.view() or {}).get("last_rebalance", {})
-    say(f"{victim.name} is back after {time.time() - started:.1f} s: warm from its local state "
+    say(
+        f"{victim.name} is back after {time.time() - started:.1f} s: warm from its local state "
         f"{rebalance.get('moved_warm')}, cold {rebalance.get('moved_cold')}, "
-        f"changelog records replayed {rebalance.get('replayed')}")
+        f"changelog records replayed {rebalance.get('replayed')}"
+    )
     table(workers)
     return 0
 
@@ -221,9 +238,11 @@ async def check_results(traffic: Traffic, outputs: Outputs, workers: list[Worker
     got = set(outputs.join_ids)
     missing = traffic.expected - got
     dead = sum((v or {}).get("dead_letters", 0) for v in views(workers).values())
-    say(f"expected joins {len(traffic.expected)}, distinct joins read back {len(got & traffic.expected)}, "
+    say(
+        f"expected joins {len(traffic.expected)}, distinct joins read back {len(got & traffic.expected)}, "
         f"missing {len(missing)}, duplicates (same join_id twice, at-least-once) "
-        f"{len(outputs.join_ids) - len(got)}; dead letters counted by survivors {dead}")
+        f"{len(outputs.join_ids) - len(got)}; dead letters counted by survivors {dead}"
+    )
     table(workers)
     click_through(workers)
     if missing:

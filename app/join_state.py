@@ -32,9 +32,7 @@ class TablesState:
 
     def __init__(self, bootstrap: str, changelog: str, data_dir: Path) -> None:
         self.changelog = changelog
-        self.tables = JoinTables(
-            bootstrap, changelog, data_dir / "join-state", join_type=JoinType.INNER
-        )
+        self.tables = JoinTables(bootstrap, changelog, data_dir / "join-state", join_type=JoinType.INNER)
         self.active: set[int] = set()
         self.standby: set[int] = set()
         self.joined: dict[int, int] = {}  # results emitted by this process, per partition

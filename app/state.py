@@ -211,9 +211,7 @@ class StateManager:
         offset = await self._send(self.changelog, key, value, partition)
         state.persist(offset, side, record)
 
-    async def process_batch(
-        self, partition: int, items: list[tuple[str, Record]], emit: Emit
-    ) -> None:
+    async def process_batch(self, partition: int, items: list[tuple[str, Record]], emit: Emit) -> None:
         for side, record in items:  # the interim state logs record by record
             await self.record(partition, side, record, emit)
 
@@ -228,8 +226,7 @@ class StateManager:
         for partition, state in self.states.items():
             if partition not in self.active:
                 continue
-            for kind, counts in (("impressions", state.stats.impressions),
-                                 ("clicks", state.stats.clicks)):
+            for kind, counts in (("impressions", state.stats.impressions), ("clicks", state.stats.clicks)):
                 for campaign, n in counts.items():
                     entry = totals.setdefault(campaign, {"impressions": 0, "clicks": 0})
                     entry[kind] += n

@@ -18,9 +18,7 @@ async def create_topics(bootstrap: str, settings: Settings) -> list[str]:
         for name in settings.topics():
             # The join state's changelog is compacted, like Faust's own changelogs.
             configs = {"cleanup.policy": "compact"} if name == settings.changelog else {}
-            topic = NewTopic(
-                name, settings.partitions, settings.replication_factor, topic_configs=configs
-            )
+            topic = NewTopic(name, settings.partitions, settings.replication_factor, topic_configs=configs)
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics([topic])
     finally:

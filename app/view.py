@@ -32,9 +32,7 @@ def render_html(view: dict[str, Any]) -> str:
         ["last rebalance: replayed, seconds", f"{rebalance['replayed']}, {rebalance['seconds']}"],
         ["group's last rebalance (planner)", view.get("group_rebalance")],
     ]
-    campaigns = [
-        [c, s["impressions"], s["clicks"], s["ctr"]] for c, s in view["campaigns"].items()
-    ]
+    campaigns = [[c, s["impressions"], s["clicks"], s["ctr"]] for c, s in view["campaigns"].items()]
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
         "<meta http-equiv='refresh' content='2'>"

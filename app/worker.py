@@ -54,6 +54,7 @@ class Worker:
         )
         self._output_headers = [("tandem-worker", settings.worker.encode())]
         self._joining = asyncio.Lock()  # the agent and the release timer join in turn
+        self._revoking = False  # from Faust's wait for acks until the next assignment
         self.ack: Callable[[Any], Awaitable[Any]] = _no_ack  # the agent's stream.ack
         self.outputs = 0
         self.rebalances = 0
@@ -105,7 +106,10 @@ class Worker:
             log.info("tandem: partition %s: first records after takeover received", partition)
         await self.ensure_started()
         async with self._joining:
-            await self._join_released(sorted(touched))
+            if self._revoking:
+                self._drop(self.aligner.forget())  # held meanwhile: read again after
+            else:
+                await self._join_released(sorted(touched))
         for event, letter in letters:
             await letter
             await self.ack(event)
@@ -116,18 +120,29 @@ class Worker:
         if self._starting is None:
             return
         async with self._joining:
-            await self._join_released(self.aligner.holding())
+            if not self._revoking:
+                await self._join_released(self.aligner.holding())
 
-    async def flush_held(self) -> None:
-        """Join every held record now: before a revocation or a stop, when Faust waits
-        for every event it handed over to be acked."""
-        if self._starting is None:
-            return
+    async def drop_held(self) -> None:
+        """Before a revocation or a stop Faust waits for every event it handed over to be
+        acked. Held records are neither joined now (stream time would jump past records
+        of the other input still to come, and drop them as late) nor acked (that would
+        commit them unjoined): Faust is told to stop waiting for them, commits each input
+        only up to its first held record, and after the rebalance seeks every partition
+        it assigns back to its committed offset, so they are read again, by this worker
+        or the next owner, whose state drops what was already joined as duplicates.
+        Until the next assignment, new batches are dropped the same way."""
         async with self._joining:
-            for partition in self.aligner.holding():
-                items = self.aligner.release_all(partition)
-                log.info("tandem: partition %s: joining %s held records now", partition, len(items))
-                await self._join(partition, items)
+            self._revoking = True
+            dropped = self.aligner.forget()
+            self._drop(dropped)
+        if dropped:
+            log.info("tandem: %s held records left to be read again after the rebalance", len(dropped))
+
+    def _drop(self, items: list[tuple[Side, dict[str, Any], Any]]) -> None:
+        unacked = self.app.consumer._unacked_messages  # Faust's: what wait_empty waits for
+        for _, _, event in items:
+            unacked.discard(event.message)
 
     async def _join_released(self, partitions: list[int]) -> None:
         """Join what each partition releases, the partitions side by side: each waits for
@@ -193,6 +208,7 @@ class Worker:
         return await self.app.producer.send(topic, message.key, json.dumps(letter).encode(), None, None, None)
 
     async def on_assigned(self, assigned: set[TP]) -> None:
+        self._revoking = False
         await self.ensure_started()
         self.rebalances += 1
         s = self.settings
@@ -315,7 +331,7 @@ def build(settings: Settings) -> faust.App:
     if settings.assignor == "tandem":
         _install_tandem(app, worker, settings)
     _tune_consumer(app, settings)
-    _flush_before_waiting_for_acks(app, worker)
+    _drop_held_before_waiting_for_acks(app, worker)
     return app
 
 
@@ -344,14 +360,14 @@ def _tune_consumer(app: faust.App, settings: Settings) -> None:
         _delay_follower_sync(settings.follower_sync_delay_ms / 1000)
 
 
-def _flush_before_waiting_for_acks(app: faust.App, worker: Worker) -> None:
+def _drop_held_before_waiting_for_acks(app: faust.App, worker: Worker) -> None:
     """Faust waits for every event it handed over to be acked before a revocation or a
-    stop goes on (`wait_empty`): join the held ones first, or it would wait forever."""
+    stop goes on (`wait_empty`): held records are left to be read again (drop_held)."""
     base = app.transport.Consumer
 
     class FlushingConsumer(base):  # type: ignore[misc, valid-type]
         async def wait_empty(self) -> None:
-            await worker.flush_held()
+            await worker.drop_held()
             await super().wait_empty()
 
     app.transport.Consumer = FlushingConsumer
@@ -436,7 +452,7 @@ def _register(app: faust.App, worker: Worker, settings: Settings) -> None:
 
     @app.on_before_shutdown.connect
     async def on_shutdown(sender: faust.App, **kwargs: Any) -> None:
-        await asyncio.wait_for(worker.flush_held(), 30.0)
+        await worker.drop_held()  # read again after the restart
         await asyncio.wait_for(worker.state.close(), 5.0)
 
     @app.page("/tandem/")

@@ -87,13 +87,20 @@ def test_the_cap_releases_the_oldest_and_counts_them() -> None:
     assert a.held(0) == 3
 
 
-def test_release_all_empties_the_partition_in_time_order() -> None:
+def test_forget_drops_every_held_record_and_what_was_read() -> None:
+    """A revocation: held records are read again later, from the committed offsets."""
     a, _ = aligner()
     for offset, ts in enumerate([30, 10, 20]):
         a.add(3, IMP, offset, ts, f"i{ts}")
-    assert a.release_all(3) == ["i10", "i20", "i30"]
-    assert a.held() == 0 and a.holding() == [] and a.forced == 3
-    assert a.release_all(9) == []
+    a.add(5, CLK, 0, 5, "c5")
+    assert sorted(a.forget()) == ["c5", "i10", "i20", "i30"]
+    assert a.held() == 0 and a.holding() == [] and a.forced == 0
+    # Read again from offset 0: nothing of the first reading counts (no stale offsets:
+    # offset 2 read before would make impressions look caught up, end 3).
+    a.add(3, IMP, 0, 30, "i30")
+    a.add(3, CLK, 0, 40, "c40")
+    assert a.release(3, {IMP: 3, CLK: 1}) == ["i30"]  # c40 waits: impressions have more
+    assert a.forget() == ["c40"]
 
 
 @st.composite

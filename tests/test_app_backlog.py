@@ -218,7 +218,7 @@ def test_worker_started_on_a_backlog_drops_nothing_as_late(
 REBALANCE_IMPRESSIONS = 40_000  # and about 24,000 clicks
 REBALANCE_S = 30.0  # from w2's start until w1 is assigned again (normally a few seconds)
 REBALANCE_WAIT_S = 45.0  # then both workers own partitions, all caught up and settled
-HELD_NOW = re.compile(r"tandem: partition (\d+): joining (\d+) held records now")
+HELD_DROPPED = re.compile(r"tandem: (\d+) held records left to be read again after the rebalance")
 
 
 def _settings(broker: EmbeddedBroker, unique: str) -> Settings:
@@ -231,11 +231,11 @@ def _settings(broker: EmbeddedBroker, unique: str) -> Settings:
     )
 
 
-def _flushed(worker: WorkerProcess) -> list[tuple[int, int]]:
-    """(partition, records) of every `Worker.flush_held` the worker logged: the held
-    records it joined before their turn because Faust waited for their acks."""
+def _dropped(worker: WorkerProcess) -> list[int]:
+    """Records held at each `Worker.drop_held` the worker logged: left unjoined and
+    unacked when Faust waited for acks, to be read again after the rebalance."""
     text = worker.log_path.read_text(errors="replace")
-    return [(int(p), int(n)) for p, n in HELD_NOW.findall(text)]
+    return [int(n) for n in HELD_DROPPED.findall(text)]
 
 
 def _both_caught_up(workers: list[WorkerProcess], timeout: float) -> dict[str, dict[str, Any]]:
@@ -272,12 +272,12 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
 ) -> None:
     """A second worker joins while the first is catching up on a backlog: the first has
     its partitions revoked with records held for event-time order, and Faust waits for
-    every event it handed over to be acked before the revocation goes on. The worker joins
-    its held records first (`Worker.flush_held`); the rebalance must complete, the two
-    workers must finish the backlog between them, and every click's join must be in the
-    output (duplicates allowed: at-least-once). Records joined before their turn may
-    count as late, so `late` is reported, not asserted: a click dropped as late loses its
-    join, and that the set of joins catches."""
+    every event it handed over to be acked before the revocation goes on. The worker leaves
+    its held records unjoined and unacked (`Worker.drop_held`), to be read again from the
+    committed offsets; the rebalance must complete, the two workers must finish the
+    backlog between them, and every click's join must be in the output (duplicates
+    allowed: at-least-once). `late` is reported, not asserted: a click dropped as late
+    loses its join, and that the set of joins catches."""
     settings = _settings(broker, unique)
     asyncio.run(create_topics(broker.bootstrap, settings))
     backlog = asyncio.run(_load(settings, broker.bootstrap, REBALANCE_IMPRESSIONS))
@@ -313,10 +313,10 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
             time.sleep(0.1)
         w2_started = time.monotonic()
         w2.start()
-        # Until w1 is assigned again. Before its revocation goes on, it joins what it held
-        # (`forced` rises by that much); anything it still holds then keeps Faust's
-        # wait_empty, and with it the whole group's rebalance, waiting.
-        before, stuck = mid, 0  # w1's last view before the flush; what it holds since
+        # Until w1 is assigned again. Before its revocation goes on, it drops what it held;
+        # anything it still held then would keep Faust's wait_empty, and with it the whole
+        # group's rebalance, waiting.
+        before, stuck = mid, 0  # w1's last view before the revocation; what it holds since
         deadline = time.monotonic() + REBALANCE_S
         while True:
             w1.check()
@@ -325,7 +325,7 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
             if view is not None:
                 if view["rebalances"] >= 2:
                     break
-                if view["forced"] == 0:
+                if not _dropped(w1):
                     before = view
                 else:
                     stuck = view["held"]
@@ -333,8 +333,8 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
                 raise AssertionError(
                     f"w1 not assigned again within {REBALANCE_S} s of w2's start (a rebalance "
                     f"takes a few): it held {before['held']} records (lag "
-                    f"{sum(before['lag'].values())}) before the revocation, joined "
-                    f"{_flushed(w1)} (partition, records) then, and still holds "
+                    f"{sum(before['lag'].values())}) before the revocation, dropped "
+                    f"{_dropped(w1)} records then, and still holds "
                     f"{None if view is None else view['held']} whose acks Faust's wait_empty "
                     f"waits for; log {w1.log_path}"
                 )
@@ -342,7 +342,7 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
         rebalanced_s = time.monotonic() - w2_started
         final = _both_caught_up([w1, w2], REBALANCE_WAIT_S)
         done_s = time.monotonic() - started
-        flushed = _flushed(w1) + _flushed(w2)  # before the stops flush anything
+        dropped = _dropped(w1) + _dropped(w2)  # before the stops drop anything
     finally:
         w2.stop(10)
         w1.stop(10)
@@ -356,7 +356,7 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
     summary = (
         f"backlog {backlog.total} records; w2 started at w1's lag {sum(mid['lag'].values())}, "
         f"held {mid['held']}; w1 before the revocation: lag {sum(before['lag'].values())}, "
-        f"held {before['held']}; joined at the revocation (partition, records) {flushed}; "
+        f"held {before['held']}; held records dropped at the revocation {dropped}; "
         f"held after that {stuck}; w1 assigned again {rebalanced_s:.1f} s after w2 started; "
         f"forced w1 {v1['forced']} w2 {v2['forced']}; late {v1['late'] + v2['late']} "
         f"(w1 {v1['late']}, w2 {v2['late']}); actives w1 {v1['actives']} w2 {v2['actives']}; "
