@@ -34,6 +34,7 @@ import tempfile
 import time
 import uuid
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +68,19 @@ async def load_inputs(settings: Settings, impressions: int) -> int:
     """Produce the input once; timestamps end an hour ago (the worker rejects records
     more than 7 days old by the wall clock)."""
     base_ts = int(time.time() * 1000) - 3_600_000 - impressions * 10
+    return await produce_events(settings, ad_events(impressions, base_ts=base_ts), PARTITIONS)
+
+
+async def produce_events(
+    settings: Settings, events: Iterable[tuple[str, dict[str, Any]]], partitions: int
+) -> int:
+    """Produce (side, event) pairs to the join's input topics in order, keyed and
+    co-partitioned by auction id; returns how many."""
     per_tp: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
-    for side, event in ad_events(impressions, base_ts=base_ts):
+    for side, event in events:
         topic = settings.impressions if side == "left" else settings.clicks
         key = event["auction_id"].encode()
-        per_tp.setdefault((topic, zlib.crc32(key) % PARTITIONS), []).append((key, orjson.dumps(event)))
+        per_tp.setdefault((topic, zlib.crc32(key) % partitions), []).append((key, orjson.dumps(event)))
     producer = AIOKafkaProducer(bootstrap_servers=settings.broker.removeprefix("kafka://"), linger_ms=5)
     await producer.start()
     try:

@@ -29,20 +29,18 @@ import dataclasses
 import json
 import re
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.broker import EmbeddedBroker, high_watermarks
 from app.cluster import WorkerProcess
 from app.settings import Settings, from_env
 from app.topics import create_topics
 from benchmarks.bench_tables import ad_events
-from tables.changelog import send_records
+from benchmarks.bench_worker import produce_events
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(150)]
 
@@ -60,39 +58,39 @@ class Backlog:
     clicked: set[str]  # impression ids that have a click
 
 
-async def _load(settings: Settings, bootstrap: str, impressions_n: int = IMPRESSIONS) -> Backlog:
+def _settings(broker: EmbeddedBroker, unique: str) -> Settings:
+    return dataclasses.replace(
+        from_env(),
+        broker=f"kafka://{broker.bootstrap}",
+        app_id=f"tandem-backlog-{unique}",
+        topic_prefix=f"b{unique}-",
+        partitions=PARTITIONS,
+    )
+
+
+async def _load(settings: Settings, impressions_n: int = IMPRESSIONS) -> Backlog:
     """Produce the input before any worker runs, keyed and co-partitioned by auction id
     (as benchmarks/bench_worker.py does). Timestamps end about an hour ago: the worker
     rejects records more than 7 days old by the wall clock."""
     span_ms = impressions_n * STRIDE * 10 + 300_000
     base_ts = int(time.time() * 1000) - 3_600_000 - span_ms
-    per_tp: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
     impressions: dict[str, str] = {}  # auction id -> impression id
     clicks: list[dict[str, Any]] = []
+    events: list[tuple[str, dict[str, Any]]] = []
     for side, event in ad_events(impressions_n * STRIDE, base_ts=base_ts):
         if int(event["auction_id"].rsplit("-", 1)[1]) % STRIDE:
             continue
         if side == "left":
-            topic = settings.impressions
             impressions[event["auction_id"]] = event["event_id"]
         else:
-            topic = settings.clicks
             clicks.append(event)
-        key = event["auction_id"].encode()
-        per_tp.setdefault((topic, zlib.crc32(key) % PARTITIONS), []).append((key, orjson.dumps(event)))
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-    await producer.start()
-    try:
-        for (topic, partition), rows in per_tp.items():
-            for start in range(0, len(rows), 5000):
-                await send_records(producer, topic, partition, rows[start : start + 5000])
-    finally:
-        await producer.stop()
+        events.append((side, event))
+    total = await produce_events(settings, events, PARTITIONS)
     assert len(impressions) == impressions_n
     expected = {f"{impressions[c['auction_id']]}|{c['event_id']}" for c in clicks}
     assert len(expected) == len(clicks) > impressions_n / 2  # one click per clicked impression
     clicked = {impressions[c["auction_id"]] for c in clicks}
-    return Backlog(sum(len(rows) for rows in per_tp.values()), expected, clicked)
+    return Backlog(total, expected, clicked)
 
 
 async def _read_all(bootstrap: str, topic: str, ends: dict[int, int], timeout: float) -> list[dict]:
@@ -155,15 +153,9 @@ def _catch_up(worker: WorkerProcess, timeout: float) -> tuple[dict[str, int], di
 def test_worker_started_on_a_backlog_drops_nothing_as_late(
     broker: EmbeddedBroker, unique: str, tmp_path: Path
 ) -> None:
-    settings = dataclasses.replace(
-        from_env(),
-        broker=f"kafka://{broker.bootstrap}",
-        app_id=f"tandem-backlog-{unique}",
-        topic_prefix=f"b{unique}-",
-        partitions=PARTITIONS,
-    )
+    settings = _settings(broker, unique)
     asyncio.run(create_topics(broker.bootstrap, settings))
-    backlog = asyncio.run(_load(settings, broker.bootstrap))
+    backlog = asyncio.run(_load(settings))
     # The whole backlog is in the broker before the worker starts.
     in_broker = sum(
         sum(asyncio.run(high_watermarks(broker.bootstrap, topic, PARTITIONS, 15)).values())
@@ -221,16 +213,6 @@ REBALANCE_WAIT_S = 45.0  # then both workers own partitions, all caught up and s
 HELD_DROPPED = re.compile(r"tandem: (\d+) held records left to be read again after the rebalance")
 
 
-def _settings(broker: EmbeddedBroker, unique: str) -> Settings:
-    return dataclasses.replace(
-        from_env(),
-        broker=f"kafka://{broker.bootstrap}",
-        app_id=f"tandem-backlog-{unique}",
-        topic_prefix=f"b{unique}-",
-        partitions=PARTITIONS,
-    )
-
-
 def _dropped(worker: WorkerProcess) -> list[int]:
     """Records held at each `Worker.drop_held` the worker logged: left unjoined and
     unacked when Faust waited for acks, to be read again after the rebalance."""
@@ -280,7 +262,7 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
     loses its join, and that the set of joins catches."""
     settings = _settings(broker, unique)
     asyncio.run(create_topics(broker.bootstrap, settings))
-    backlog = asyncio.run(_load(settings, broker.bootstrap, REBALANCE_IMPRESSIONS))
+    backlog = asyncio.run(_load(settings, REBALANCE_IMPRESSIONS))
 
     def worker(name: str, host: str) -> WorkerProcess:
         return WorkerProcess(
