@@ -26,11 +26,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
+Key = TypeVar("Key", bound=Hashable)
 _INF = float("inf")
 
 DEFAULT_MAX_WAIT_S = 2.0
@@ -164,3 +166,47 @@ class Aligner(Generic[Item]):
         if now - source.last_read_at >= silence:
             return _INF
         return -_INF if source.highest_ts is None else float(source.highest_ts)
+
+
+class InOrderAcks(Generic[Key, Item]):
+    """Acks handed out per input partition in the order its records were read, whatever
+    order they were joined in.
+
+    Faust commits the longest run of acked offsets it finds, and only notices an unacked
+    offset before that run when the gap is longer than one offset and a commit already
+    happened (Consumer._new_offset): acked out of order, a record still held could be
+    committed and lost on a crash (seen: 275,415 of 325,606 joins lost in the chaos run).
+    Acked in read order, every commit is a prefix of what was joined."""
+
+    def __init__(self) -> None:
+        self._order: dict[Key, deque[list[Item | bool]]] = {}
+        self._entries: dict[int, list[Item | bool]] = {}  # id(item) -> [item, done]
+
+    def read(self, key: Key, item: Item) -> None:
+        entry: list[Item | bool] = [item, False]
+        self._order.setdefault(key, deque()).append(entry)
+        self._entries[id(item)] = entry
+
+    def done(self, key: Key, item: Item) -> list[Item]:
+        """Mark `item` finished; returns the items of its partition now safe to ack
+        (none for an item forgotten meanwhile)."""
+        entry = self._entries.get(id(item))
+        if entry is None or entry[0] is not item:
+            return []
+        entry[1] = True
+        order, out = self._order[key], []
+        while order and order[0][1]:
+            finished = order.popleft()
+            del self._entries[id(finished[0])]
+            out.append(finished[0])
+        return out  # type: ignore[return-value]
+
+    def forget(self) -> list[Item]:
+        """Every item not acked yet, done or not (a revocation: all are read again)."""
+        out = [entry[0] for order in self._order.values() for entry in order]
+        self._order.clear()
+        self._entries.clear()
+        return out  # type: ignore[return-value]
+
+    def pending(self) -> int:
+        return len(self._entries)

@@ -15,7 +15,7 @@ import orjson
 from faust.types import TP
 from faust.web import Request, Response, View
 
-from app.alignment import Aligner
+from app.alignment import Aligner, InOrderAcks
 from app.join_state import TablesState
 from app.settings import Settings
 from app.state import StateManager
@@ -56,6 +56,7 @@ class Worker:
         self._joining = asyncio.Lock()  # the agent and the release timer join in turn
         self._revoking = False  # from Faust's wait for acks until the next assignment
         self.ack: Callable[[Any], Awaitable[Any]] = _no_ack  # the agent's stream.ack
+        self._acks: InOrderAcks[TP, Any] = InOrderAcks()  # events in the order they were read
         self.outputs = 0
         self.rebalances = 0
         # Partitions this worker took over in the last rebalance and has not yet emitted
@@ -84,14 +85,15 @@ class Worker:
         """A batch of input events: bad records to the dead-letter topic; valid ones held
         and joined per partition in event-time order (app/alignment.py).
 
-        Each event is acked once its results, dead letter or changelog are acknowledged;
-        Faust commits an input offset only when every offset before it is acked
-        (at-least-once), so a held record is never committed before it is joined."""
+        Each event is acked once its results, dead letter or changelog are acknowledged,
+        and after every event read before it from its partition (InOrderAcks): a held
+        record is never committed before it is joined (at-least-once)."""
         now = int(time.time() * 1000)
         letters = []
         touched: set[int] = set()
         for event in events:
             message = event.message
+            self._acks.read(message.tp, event)
             side: Side = "left" if message.topic == self.settings.impressions else "right"
             checked = validate(side, message.key, message.value, now)
             if isinstance(checked, Rejected):
@@ -107,12 +109,12 @@ class Worker:
         await self.ensure_started()
         async with self._joining:
             if self._revoking:
-                self._drop(self.aligner.forget())  # held meanwhile: read again after
+                self._drop()  # read meanwhile: read again after the rebalance
             else:
                 await self._join_released(sorted(touched))
         for event, letter in letters:
             await letter
-            await self.ack(event)
+            await self._done(event)
         self.dead_letters += len(letters)
 
     async def release_waiting(self) -> None:
@@ -134,15 +136,29 @@ class Worker:
         Until the next assignment, new batches are dropped the same way."""
         async with self._joining:
             self._revoking = True
-            dropped = self.aligner.forget()
-            self._drop(dropped)
+            held, dropped = self.aligner.held(), self._drop()
         if dropped:
-            log.info("tandem: %s held records left to be read again after the rebalance", len(dropped))
+            log.info(
+                "tandem: %s held records left to be read again after the rebalance (%s read in all)",
+                held,
+                dropped,
+            )
 
-    def _drop(self, items: list[tuple[Side, dict[str, Any], Any]]) -> None:
+    def _drop(self) -> int:
+        """Forget every record read and not acked, held or joined after one still held:
+        Faust stops waiting for them and reads them again from the committed offsets."""
+        self.aligner.forget()
         unacked = self.app.consumer._unacked_messages  # Faust's: what wait_empty waits for
-        for _, _, event in items:
+        events = self._acks.forget()
+        for event in events:
             unacked.discard(event.message)
+        return len(events)
+
+    async def _done(self, event: Any) -> None:
+        """A record joined or dead-lettered: ack what its partition has now finished, in the
+        order it was read (InOrderAcks)."""
+        for finished in self._acks.done(event.message.tp, event):
+            await self.ack(finished)
 
     async def _join_released(self, partitions: list[int]) -> None:
         """Join what each partition releases, the partitions side by side: each waits for
@@ -163,7 +179,7 @@ class Worker:
         for _, _, event in items:
             tp = event.message.tp
             positions[tp] = max(positions.get(tp, -1), event.message.offset)
-            await self.ack(event)
+            await self._done(event)
 
     def _release(self, partition: int) -> list[tuple[Side, dict[str, Any], Any]]:
         """Held records of the partition now due, given how far each input has been read."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.alignment import Aligner
+from app.alignment import Aligner, InOrderAcks
 
 IMP, CLK = "impressions", "clicks"
 
@@ -164,3 +166,40 @@ def test_an_input_short_of_its_end_is_let_go_after_a_long_silence() -> None:
     clock.now = 60.0
     assert a.release(0, ends) == ["i60"]
     assert a.forced == 0
+
+
+def test_acks_come_out_in_read_order_per_partition() -> None:
+    acks: InOrderAcks[str, str] = InOrderAcks()
+    for item in ["a0", "a1", "a2"]:
+        acks.read("a", item)
+    acks.read("b", "b0")
+    assert acks.done("a", "a1") == []  # a0 still held: committing a1 could lose a0
+    assert acks.done("b", "b0") == ["b0"]  # another partition is not held back
+    assert acks.done("a", "a0") == ["a0", "a1"]
+    assert acks.pending() == 1
+    assert acks.forget() == ["a2"]
+    assert acks.done("a", "a2") == []  # forgotten: read again later, not acked now
+    assert acks.pending() == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=30), st.randoms(use_true_random=False))
+def test_any_finishing_order_acks_each_record_once_after_all_before_it(
+    partitions: list[int], rng: random.Random
+) -> None:
+    acks: InOrderAcks[int, str] = InOrderAcks()
+    items = [(p, f"{p}:{n}") for n, p in enumerate(partitions)]
+    for p, item in items:
+        acks.read(p, item)
+    finishing = items[:]
+    rng.shuffle(finishing)
+    finished: set[str] = set()
+    acked: list[tuple[int, str]] = []
+    for p, item in finishing:
+        finished.add(item)
+        for out in acks.done(p, item):
+            # Everything read before it on its partition is finished, and acked first.
+            earlier = [i for q, i in items[: items.index((p, out))] if q == p]
+            assert set(earlier) <= finished and all((p, i) in acked for i in earlier)
+            acked.append((p, out))
+    assert sorted(acked) == sorted(items) and acks.pending() == 0
