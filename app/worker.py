@@ -14,6 +14,7 @@ import faust
 import orjson
 from faust.types import TP
 from faust.web import Request, Response, View
+from mode.utils.futures import notify
 
 from app.alignment import Aligner, InOrderAcks
 from app.join_state import TablesState
@@ -148,10 +149,13 @@ class Worker:
         """Forget every record read and not acked, held or joined after one still held:
         Faust stops waiting for them and reads them again from the committed offsets."""
         self.aligner.forget()
-        unacked = self.app.consumer._unacked_messages  # Faust's: what wait_empty waits for
+        consumer = self.app.consumer
+        unacked = consumer._unacked_messages  # Faust's: what wait_empty waits for
         events = self._acks.forget()
         for event in events:
             unacked.discard(event.message)
+        # wait_empty rechecks when an ack wakes it, else after a second: wake it now.
+        notify(consumer._waiting_for_ack)
         return len(events)
 
     async def _done(self, event: Any) -> None:
