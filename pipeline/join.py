@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pipeline.semantics import JoinParams
-from tables.records import Rejected, validate
+from pipeline.records import Rejected, validate
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tables.records import Rejected, validate
+from pipeline.records import Rejected, validate
 
 JoinKind = Literal["inner", "left", "outer"]
 SIDE_OF_TOPIC = {"impressions": "left", "clicks": "right"}

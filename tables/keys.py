@@ -1,14 +1,15 @@
-"""Layout of the join state in one ordered key space.
+"""Layout of one join partition's state in one ordered key space.
 
 Times are big-endian and offset by 2**63, so byte order is time order and a
-range scan over an index prefix visits exactly the entries that are due.
+range scan over an index prefix visits exactly the entries that are due. Join
+keys are the Kafka key's bytes, whatever serializer made them; record ids are
+bytes too (the input offset, or the join's `id` function's value).
 
 | key | value | in changelog |
 | --- | --- | --- |
-| `r` side len(key) key ts event_id | flag byte + payload | yes |
-| `e` side event_id | empty (duplicate check) | derived |
-| `x` expire_at record-key | empty (retention index) | derived |
-| `u` emit_at record-key | empty (unmatched, not yet emitted) | derived |
+| `r` side len(key) key ts id | flag byte + the record's serialized value | yes |
+| `x` expire_at record-key | empty (time index: retention and unmatched emission) | derived |
+| `i` side len(key) key id | empty (duplicate check by id, when the join has an id function) | derived |
 | `m:` name | big-endian int | some (see join.py) |
 """
 
@@ -16,32 +17,30 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Literal
 
-from tables.records import Side
+Side = Literal["left", "right"]
 
 RECORD = b"r"
-EVENT = b"e"
 EXPIRY = b"x"
-UNMATCHED = b"u"
+ID = b"i"
 META = b"m:"
-# Looked up by exact key only, never range-scanned (see kv.Overlay).
-POINT_ONLY = (EVENT,)
 
 SIDE_BYTE: dict[Side, bytes] = {"left": b"L", "right": b"R"}
 BYTE_SIDE: dict[int, Side] = {ord("L"): "left", ord("R"): "right"}
 
 TIME = struct.Struct(">Q")
-LEN = struct.Struct(">H")
+LEN = struct.Struct(">I")
 TIME_BIAS = 1 << 63
-_TIME, _LEN, _TIME_BIAS = TIME, LEN, TIME_BIAS
+KEY_AT = 1 + 1 + LEN.size  # where the join key starts in a record key
 
 
 def encode_time(ms: int) -> bytes:
-    return _TIME.pack(ms + _TIME_BIAS)
+    return TIME.pack(ms + TIME_BIAS)
 
 
 def decode_time(raw: bytes) -> int:
-    return int(_TIME.unpack(raw)[0]) - _TIME_BIAS
+    return int(TIME.unpack(raw)[0]) - TIME_BIAS
 
 
 def encode_int(value: int) -> bytes:
@@ -52,37 +51,39 @@ def decode_int(raw: bytes) -> int:
     return decode_time(raw)
 
 
-def key_prefix(side: Side, auction_id: str) -> bytes:
+def key_prefix(side: Side, key: bytes) -> bytes:
     """Prefix of every record of one side and one join key."""
-    raw = auction_id.encode()
-    return RECORD + SIDE_BYTE[side] + _LEN.pack(len(raw)) + raw
+    return RECORD + SIDE_BYTE[side] + LEN.pack(len(key)) + key
 
 
-def record_key(side: Side, auction_id: str, ts: int, event_id: str) -> bytes:
-    return key_prefix(side, auction_id) + encode_time(ts) + event_id.encode()
+def record_key(side: Side, key: bytes, ts: int, record_id: bytes) -> bytes:
+    return key_prefix(side, key) + encode_time(ts) + record_id
 
 
 @dataclass(frozen=True, slots=True)
 class RecordKey:
     side: Side
-    auction_id: str
+    key: bytes
     ts: int
-    event_id: str
+    record_id: bytes
 
 
-def parse_record_key(key: bytes) -> RecordKey:
-    (length,) = _LEN.unpack_from(key, 2)
-    auction_end = 4 + length
+def parse_record_key(raw: bytes) -> RecordKey:
+    (length,) = LEN.unpack_from(raw, 2)
+    key_end = KEY_AT + length
     return RecordKey(
-        side=BYTE_SIDE[key[1]],
-        auction_id=key[4:auction_end].decode(),
-        ts=decode_time(key[auction_end : auction_end + 8]),
-        event_id=key[auction_end + 8 :].decode(),
+        side=BYTE_SIDE[raw[1]],
+        key=raw[KEY_AT:key_end],
+        ts=decode_time(raw[key_end : key_end + 8]),
+        record_id=raw[key_end + 8 :],
     )
 
 
-def event_key(side: Side, event_id: str) -> bytes:
-    return EVENT + SIDE_BYTE[side] + event_id.encode()
+def id_key(record_key: bytes) -> bytes:
+    """The id index entry of a record: its side, join key and id, without its time."""
+    (length,) = LEN.unpack_from(record_key, 2)
+    key_end = KEY_AT + length
+    return ID + record_key[1:key_end] + record_key[key_end + 8 :]
 
 
 def index_key(index: bytes, at: int, key: bytes) -> bytes:

@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 
-from app.broker import EmbeddedBroker, create_topics
-from tables.changelog import JoinTables
-from tables.join import JoinType, JoinWindow, WindowedJoin
 from tables.keys import meta_key
 from tables.kv import MemoryKV
+from tables.operator import JoinType, JoinWindow, WindowedJoin
+from tables.state import JoinState
+from tables.testing import EmbeddedBroker, create_topics
 from tests.tables_helpers import (
     ad_data,
+    as_event,
+    as_output,
     comparable,
     dump,
     partition_of,
@@ -46,21 +48,22 @@ def expected_run(impressions: list[Any], clicks: list[Any]) -> tuple[dict[str, A
         for side, values in (("left", impressions), ("right", clicks)):
             for value in values:
                 if partition_of(value["auction_id"], PARTITIONS) == partition:
-                    results.update((r["join_id"], r) for r in join.process(side, value))
+                    found = [as_output(m) for m in join.process(*as_event(side, value))]
+                    results.update((r["join_id"], r) for r in found)
         states[partition] = dict(state.scan(b"", b"\xff"))
     return results, states
 
 
 async def restore_all(bootstrap: str, changelog: str, data_dir: Path) -> None:
-    tables = JoinTables(
+    state = JoinState(
         bootstrap, changelog, data_dir, window=JoinWindow(0, AFTER, GRACE), join_type=JoinType.OUTER
     )
-    await tables.start()
     try:
-        await tables.on_assignment(set(range(PARTITIONS)), set())
-        assert all(tables.replayed.values())
+        moves = await state.assign(set(range(PARTITIONS)), set())
+        await state.restore(moves.to_restore, lambda p: None)
+        assert all(r.restored for r in state.recovery.progress.values())
     finally:
-        await tables.close()
+        await state.close()
 
 
 def start_worker(
@@ -102,14 +105,12 @@ def wait_for_results(worker: subprocess.Popen[str], count: int, timeout: float =
 CRASHES = ["kill -9 from outside", "before_changelog", "before_state_write", "after_state_write"]
 
 
-@pytest.mark.parametrize("resume_from", ["state", "kafka"])
 @pytest.mark.parametrize("crash", CRASHES)
 def test_killed_worker_restarts_as_if_nothing_happened(
-    broker: EmbeddedBroker, unique: str, tmp_path: Path, crash: str, resume_from: str
+    broker: EmbeddedBroker, unique: str, tmp_path: Path, crash: str
 ) -> None:
-    """resume_from=state: the input resumes at the offsets kept in the state (exact counters);
-    kafka: at Kafka's committed offsets, committed after the state, so input is replayed and
-    must be absorbed by the duplicate check."""
+    """The input resumes at Kafka's committed offsets, committed after the state, so input
+    is replayed and must be absorbed by the duplicate check."""
     names = {k: f"{k}-{unique}" for k in ("left", "right", "output", "changelog")}
     impressions, clicks = ad_data(auctions=300, after=AFTER)
     asyncio.run(create_topics(broker.bootstrap, names.values(), PARTITIONS))
@@ -118,18 +119,16 @@ def test_killed_worker_restarts_as_if_nothing_happened(
     expected_results, expected_states = expected_run(impressions, clicks)
 
     if crash == "kill -9 from outside":
-        first = start_worker(broker, names, tmp_path, "--pause=0.05", f"--resume-from={resume_from}")
+        first = start_worker(broker, names, tmp_path, "--pause=0.05")
         wait_for_results(first, 20)
         os.kill(first.pid, signal.SIGKILL)
     else:
-        first = start_worker(
-            broker, names, tmp_path, f"--crash-point={crash}", f"--resume-from={resume_from}"
-        )
+        first = start_worker(broker, names, tmp_path, f"--crash-point={crash}")
     assert first.wait(timeout=30) == -signal.SIGKILL
     partial = asyncio.run(read_all(broker.bootstrap, names["output"], PARTITIONS))
     assert 0 < len({r["join_id"] for r in partial}) < len(expected_results), "killed mid-stream"
 
-    second = start_worker(broker, names, tmp_path, "--exit-when-done", f"--resume-from={resume_from}")
+    second = start_worker(broker, names, tmp_path, "--exit-when-done")
     out, _ = second.communicate(timeout=60)
     assert second.returncode == 0, out
     assert "done" in out
@@ -146,10 +145,7 @@ def test_killed_worker_restarts_as_if_nothing_happened(
     for partition, data_dir in itertools.product(range(PARTITIONS), (tmp_path, rebuilt)):
         state = comparable(dump(data_dir / names["changelog"] / str(partition)))
         expected = comparable(expected_states[partition])
-        counters = [meta_key("duplicates")]  # replayed input counts as duplicates
-        if resume_from == "kafka":
-            counters.append(meta_key("late"))  # and late input is counted again
-        if crash == "kill -9 from outside" or resume_from == "kafka":
-            for counter in counters:
-                assert state.pop(counter, b"") >= expected.pop(counter, b"")
+        # Replayed input counts as duplicates, and late input is counted again.
+        for counter in (meta_key("duplicates"), meta_key("late")):
+            assert state.pop(counter, b"") >= expected.pop(counter, b"")
         assert state == expected

@@ -1,7 +1,9 @@
-"""Decoding and validation of the join's input records (docs/join-semantics.md).
+"""The ad join's input records, decoded and validated for the batch side (docs/join-semantics.md).
 
-One function decides what is a bad record, so the stream (which sends it to
-the dead-letter topic) and the Spark batch twin (which skips it) agree.
+The stream side (the reference app, app/records.py) states the same rules with
+Faust records and the join's checks; tests/test_app_records.py holds the two to
+the same decisions, so the stream (which dead-letters a bad record) and the Spark
+batch twin (which skips it) agree.
 
 JSON is decoded by orjson (strict RFC 8259, UTF-8 only, ~6x faster than the
 standard library): NaN, Infinity, numbers out of double range, lone UTF-16

@@ -26,13 +26,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
-Key = TypeVar("Key", bound=Hashable)
 _INF = float("inf")
 
 DEFAULT_MAX_WAIT_S = 2.0
@@ -57,7 +55,8 @@ class _Input:
 
 @dataclass
 class _Partition(Generic[Item]):
-    held: list[tuple[int, int, Item]] = field(default_factory=list)  # heap of (ts, arrival, item)
+    # heap of (ts, arrival, topic, offset, item)
+    held: list[tuple[int, int, str, int, Item]] = field(default_factory=list)
     inputs: dict[str, _Input] = field(default_factory=dict)
 
 
@@ -85,7 +84,7 @@ class Aligner(Generic[Item]):
         """A record to join, held until its turn."""
         source = self._read(partition, topic, offset)
         source.highest_ts = ts if source.highest_ts is None else max(source.highest_ts, ts)
-        heapq.heappush(self._partitions[partition].held, (ts, next(self._arrivals), item))
+        heapq.heappush(self._partitions[partition].held, (ts, next(self._arrivals), topic, offset, item))
 
     def skip(self, partition: int, topic: str, offset: int) -> None:
         """A record read that will not be joined (a dead letter): it still moves the input
@@ -112,16 +111,30 @@ class Aligner(Generic[Item]):
         while held and (held[0][0] <= limit or len(held) > self.max_held):
             if held[0][0] > limit:
                 self.forced += 1
-            out.append(heapq.heappop(held)[2])
+            out.append(heapq.heappop(held)[4])
         return out
 
     def forget(self) -> list[Item]:
         """Every held record of every partition, and what was read: the records will be
         read again (a revocation: they are neither joined nor acked, so Faust commits each
         input only up to its first held record and seeks back there afterwards)."""
-        out = [entry[2] for state in self._partitions.values() for entry in state.held]
+        out = [entry[4] for state in self._partitions.values() for entry in state.held]
         self._partitions.clear()
         return out
+
+    def first_held(self, partition: int) -> dict[str, int]:
+        """The lowest offset held of each topic of the partition: nothing from there on may
+        be committed yet."""
+        state = self._partitions.get(partition)
+        firsts: dict[str, int] = {}
+        for _, _, topic, offset, _ in state.held if state else ():
+            if offset < firsts.get(topic, offset + 1):
+                firsts[topic] = offset
+        return firsts
+
+    def drop_partition(self, partition: int) -> None:
+        """Forget a partition (revoked): its records are read again by its next owner."""
+        self._partitions.pop(partition, None)
 
     def holding(self) -> list[int]:
         """Partitions with records held."""
@@ -166,47 +179,3 @@ class Aligner(Generic[Item]):
         if now - source.last_read_at >= silence:
             return _INF
         return -_INF if source.highest_ts is None else float(source.highest_ts)
-
-
-class InOrderAcks(Generic[Key, Item]):
-    """Acks handed out per input partition in the order its records were read, whatever
-    order they were joined in.
-
-    Faust commits the longest run of acked offsets it finds, and only notices an unacked
-    offset before that run when the gap is longer than one offset and a commit already
-    happened (Consumer._new_offset): acked out of order, a record still held could be
-    committed and lost on a crash (seen: 275,415 of 325,606 joins lost in the chaos run).
-    Acked in read order, every commit is a prefix of what was joined."""
-
-    def __init__(self) -> None:
-        self._order: dict[Key, deque[list[Item | bool]]] = {}
-        self._entries: dict[int, list[Item | bool]] = {}  # id(item) -> [item, done]
-
-    def read(self, key: Key, item: Item) -> None:
-        entry: list[Item | bool] = [item, False]
-        self._order.setdefault(key, deque()).append(entry)
-        self._entries[id(item)] = entry
-
-    def done(self, key: Key, item: Item) -> list[Item]:
-        """Mark `item` finished; returns the items of its partition now safe to ack
-        (none for an item forgotten meanwhile)."""
-        entry = self._entries.get(id(item))
-        if entry is None or entry[0] is not item:
-            return []
-        entry[1] = True
-        order, out = self._order[key], []
-        while order and order[0][1]:
-            finished = order.popleft()
-            del self._entries[id(finished[0])]
-            out.append(finished[0])
-        return out  # type: ignore[return-value]
-
-    def forget(self) -> list[Item]:
-        """Every item not acked yet, done or not (a revocation: all are read again)."""
-        out = [entry[0] for order in self._order.values() for entry in order]
-        self._order.clear()
-        self._entries.clear()
-        return out  # type: ignore[return-value]
-
-    def pending(self) -> int:
-        return len(self._entries)

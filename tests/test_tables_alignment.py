@@ -1,4 +1,4 @@
-"""Event-time alignment of the join's two inputs (app/alignment.py), without Kafka."""
+"""Event-time alignment of the join's two inputs (tables/alignment.py), without Kafka."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.alignment import Aligner, InOrderAcks
+from tables.alignment import Aligner
 
 IMP, CLK = "impressions", "clicks"
 
@@ -168,38 +168,31 @@ def test_an_input_short_of_its_end_is_let_go_after_a_long_silence() -> None:
     assert a.forced == 0
 
 
-def test_acks_come_out_in_read_order_per_partition() -> None:
-    acks: InOrderAcks[str, str] = InOrderAcks()
-    for item in ["a0", "a1", "a2"]:
-        acks.read("a", item)
-    acks.read("b", "b0")
-    assert acks.done("a", "a1") == []  # a0 still held: committing a1 could lose a0
-    assert acks.done("b", "b0") == ["b0"]  # another partition is not held back
-    assert acks.done("a", "a0") == ["a0", "a1"]
-    assert acks.pending() == 1
-    assert acks.forget() == ["a2"]
-    assert acks.done("a", "a2") == []  # forgotten: read again later, not acked now
-    assert acks.pending() == 0
+def test_the_first_held_offset_of_each_topic_bounds_what_may_be_committed() -> None:
+    a, _ = aligner()
+    for offset, ts in enumerate([10, 20, 30]):
+        a.add(0, IMP, offset + 5, ts, f"i{ts}")
+    a.add(0, CLK, 3, 25, "c25")
+    assert a.first_held(0) == {IMP: 5, CLK: 3}
+    assert a.release(0, {IMP: 100, CLK: 100}) == ["i10", "i20", "c25"]  # up to the clicks' 25
+    assert a.first_held(0) == {IMP: 7}
+    a.drop_partition(0)
+    assert a.first_held(0) == {} and a.held() == 0
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 3), min_size=1, max_size=30), st.randoms(use_true_random=False))
-def test_any_finishing_order_acks_each_record_once_after_all_before_it(
-    partitions: list[int], rng: random.Random
+@given(st.lists(st.tuples(st.sampled_from([IMP, CLK]), st.integers(0, 50)), max_size=40), st.randoms())
+def test_first_held_is_the_lowest_offset_still_held(
+    records: list[tuple[str, int]], rng: random.Random
 ) -> None:
-    acks: InOrderAcks[int, str] = InOrderAcks()
-    items = [(p, f"{p}:{n}") for n, p in enumerate(partitions)]
-    for p, item in items:
-        acks.read(p, item)
-    finishing = items[:]
-    rng.shuffle(finishing)
-    finished: set[str] = set()
-    acked: list[tuple[int, str]] = []
-    for p, item in finishing:
-        finished.add(item)
-        for out in acks.done(p, item):
-            # Everything read before it on its partition is finished, and acked first.
-            earlier = [i for q, i in items[: items.index((p, out))] if q == p]
-            assert set(earlier) <= finished and all((p, i) in acked for i in earlier)
-            acked.append((p, out))
-    assert sorted(acked) == sorted(items) and acks.pending() == 0
+    a, _ = aligner()
+    offsets = {IMP: 0, CLK: 0}
+    held: dict[str, list[int]] = {IMP: [], CLK: []}
+    for topic, ts in records:
+        a.add(0, topic, offsets[topic], ts, (topic, offsets[topic]))  # type: ignore[arg-type]
+        held[topic].append(offsets[topic])
+        offsets[topic] += 1
+        if rng.random() < 0.3:
+            for t, o in a.release(0, {IMP: offsets[IMP] + rng.randint(0, 1), CLK: offsets[CLK] + 1}):  # type: ignore[misc]
+                held[t].remove(o)
+        assert a.first_held(0) == {t: min(os) for t, os in held.items() if os}

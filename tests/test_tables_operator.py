@@ -11,33 +11,34 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tables.join import JoinType, JoinWindow, WindowedJoin, output_record
+from tables.keys import Side
 from tables.kv import MemoryKV, Overlay
-from tables.records import Side
+from tables.operator import JoinType, JoinWindow, Match, WindowedJoin
 from tables.store import PartitionStore
 
-INNER, LEFT, OUTER = JoinType.INNER, JoinType.LEFT, JoinType.OUTER
+INNER, LEFT, RIGHT, OUTER = JoinType.INNER, JoinType.LEFT, JoinType.RIGHT, JoinType.OUTER
 W = JoinWindow(before=0, after=100, grace=10)
+Event = tuple[Side, bytes, int, bytes, bytes]  # side, key, ts, id, value
 
 
-def imp(event_id: str, ts: int, key: str = "a") -> tuple[Side, dict[str, Any]]:
-    return "left", {
-        "event_id": event_id,
-        "auction_id": key,
-        "campaign_id": f"c-{event_id}",
-        "ts": ts,
-    }
+def imp(event_id: str, ts: int, key: str = "a") -> Event:
+    """A left record whose value is its id (so a result names both sides)."""
+    return "left", key.encode(), ts, event_id.encode(), event_id.encode()
 
 
-def click(event_id: str, ts: int, key: str = "a") -> tuple[Side, dict[str, Any]]:
-    return "right", {"event_id": event_id, "auction_id": key, "ts": ts}
+def click(event_id: str, ts: int, key: str = "a") -> Event:
+    return "right", key.encode(), ts, event_id.encode(), event_id.encode()
+
+
+def ident(match: Match) -> str:
+    return f"{(match.left or b'').decode()}|{(match.right or b'').decode()}"
 
 
 @dataclass
 class Case:
     name: str
     join_type: JoinType
-    events: list[tuple[Side, dict[str, Any]]]
+    events: list[Event]
     # join_ids emitted by each event, in order
     emitted: list[list[str]]
     late: int = 0
@@ -156,8 +157,8 @@ CASES = [
 ]
 
 
-def run(join: WindowedJoin, events: list[tuple[Side, dict[str, Any]]]) -> list[list[str]]:
-    return [[out["join_id"] for out in join.process(side, record)] for side, record in events]
+def run(join: WindowedJoin, events: list[Event]) -> list[list[str]]:
+    return [[ident(m) for m in join.process(*event)] for event in events]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -167,27 +168,32 @@ def test_join_semantics(case: Case) -> None:
     assert join.late == case.late
 
 
-def test_output_record_fields_and_later_timestamp() -> None:
+def test_matches_carry_key_values_and_the_later_timestamp() -> None:
     join = WindowedJoin(MemoryKV(), W, OUTER)
     join.process(*imp("i1", 1000))
-    (result,) = join.process(*click("k1", 1040))
-    assert result == {
-        "join_id": "i1|k1",
-        "auction_id": "a",
-        "campaign_id": "c-i1",
-        "impression_id": "i1",
-        "click_id": "k1",
-        "impression_ts": 1000,
-        "click_ts": 1040,
-        "ts": 1040,
-        "kind": "inner",
-    }
-    (right,) = join.process(*click("k2", 1200, "b"))[1:] or [None]  # i1 is matched: nothing
-    assert right is None
+    assert join.process(*click("k1", 1040)) == [Match(b"a", b"i1", b"k1", 1040)]
+    assert join.process(*click("k2", 1200, "b")) == []  # i1 is matched: nothing
     assert join.process(*imp("i8", 1310, "z")) == []  # not before 1200 + 0 + 100 + 10
-    emitted = join.process(*imp("i9", 1311, "z"))
-    assert emitted == [output_record("b", None, ("k2", 1200))]
-    assert emitted[0]["kind"] == "right" and emitted[0]["campaign_id"] is None
+    assert join.process(*imp("i9", 1311, "z")) == [Match(b"b", None, b"k2", 1200)]
+
+
+def test_right_join_emits_unmatched_right_records_only() -> None:
+    join = WindowedJoin(MemoryKV(), W, RIGHT)
+    join.process(*imp("i1", 1000))
+    join.process(*click("k1", 1000, "b"))
+    emitted = join.process(*imp("i9", 1300, "z"))
+    assert emitted == [Match(b"b", None, b"k1", 1000)]
+
+
+def test_keys_of_any_bytes_and_length() -> None:
+    """Keys are the Kafka key's bytes: binary, empty-prefixed, long (4-byte length)."""
+    join = WindowedJoin(MemoryKV(), W, INNER)
+    long_key = bytes(range(256)) * 300
+    for key in (b"\x00\xff", long_key, b"a", b"ab"):
+        join.process("left", key, 1000, b"i", b"L" + key[:2])
+    found = join.process("right", long_key, 1001, b"k", b"R")
+    assert found == [Match(long_key, b"L" + long_key[:2], b"R", 1001)]
+    assert join.process("right", b"a", 1001, b"k", b"R") == [Match(b"a", b"La", b"R", 1001)]
 
 
 def test_expired_state_is_deleted_by_time() -> None:
@@ -200,30 +206,40 @@ def test_expired_state_is_deleted_by_time() -> None:
     join.process(*click("far", 1160 + 50, key="z"))
     keys = [k for k, _ in state.scan(b"", b"\xff")]
     assert not any(k.startswith(b"rL") for k in keys)
-    assert not any(k.startswith((b"e", b"u")) and b"far" not in k for k in keys)
+    assert not [k for k in keys if k.startswith(b"x") and b"far" not in k]
 
 
 # -- a reference model written straight from docs/join-semantics.md ----------------
 
 
 def reference(
-    join_type: JoinType, window: JoinWindow, events: list[tuple[Side, dict[str, Any]]]
+    join_type: JoinType, window: JoinWindow, events: list[Event], by_id: bool = False
 ) -> tuple[list[set[str]], int]:
-    """O(n^2) simulation of the contract, no expiry: per event, the set of join_ids emitted."""
-    emits_unmatched = {INNER: set(), LEFT: {"left"}, OUTER: {"left", "right"}}[join_type]
+    """O(n^2) simulation of the contract, no expiry: per event, the set of results emitted."""
+    emits_unmatched = {INNER: set(), LEFT: {"left"}, RIGHT: {"right"}, OUTER: {"left", "right"}}[join_type]
     accepted: list[tuple[Side, dict[str, Any]]] = []
     matched: set[str] = set()
     emitted_unmatched: set[str] = set()
     stream_time: int | None = None
     late = 0
     out: list[set[str]] = []
-    for side, rec in events:
+    for side, key, ts, event_id, _ in events:
+        rec = {"auction_id": key, "ts": ts, "event_id": event_id.decode()}
         closes = rec["ts"] + (window.after if side == "left" else window.before) + window.grace
         if stream_time is not None and closes < stream_time:
             late += 1
             out.append(set())
             continue
-        if any(s == side and r["event_id"] == rec["event_id"] for s, r in accepted):
+        retention = window.before + window.after + window.grace
+        if any(
+            s == side
+            and r["event_id"] == rec["event_id"]
+            # By id: the same event whatever its time, while its first copy is held.
+            and (
+                r["ts"] == ts if not by_id else r["auction_id"] == key and r["ts"] + retention >= stream_time
+            )  # type: ignore[operator]
+            for s, r in accepted
+        ):
             out.append(set())
             continue
         step: set[str] = set()
@@ -256,7 +272,7 @@ def reference(
 def streams(draw: st.DrawFn) -> tuple[JoinType, JoinWindow, list[tuple[Side, dict[str, Any]]]]:
     join_type = draw(st.sampled_from(list(JoinType)))
     window = JoinWindow(draw(st.integers(0, 30)), draw(st.integers(0, 30)), draw(st.integers(0, 20)))
-    events: list[tuple[Side, dict[str, Any]]] = []
+    events: list[Event] = []
     for n in range(draw(st.integers(1, 40))):
         if events and draw(st.integers(0, 9)) == 0:  # a record delivered twice
             events.append(draw(st.sampled_from(events)))
@@ -272,8 +288,30 @@ def streams(draw: st.DrawFn) -> tuple[JoinType, JoinWindow, list[tuple[Side, dic
 def test_join_matches_reference_model(case: tuple[JoinType, JoinWindow, list[Any]]) -> None:
     join_type, window, events = case
     join = WindowedJoin(MemoryKV(), window, join_type)
+    _check_against_reference(join, join_type, window, events)
+
+
+@settings(max_examples=150, deadline=None)
+@given(streams(), st.data())
+def test_ids_make_a_record_with_a_known_id_a_duplicate_whatever_its_time(
+    case: tuple[JoinType, JoinWindow, list[Any]], data: st.DataObject
+) -> None:
+    """With the join's `id` option a redelivered event may carry another timestamp (a
+    producer resent it): it is still one event. The reference model keys duplicates by id."""
+    join_type, window, events = case
+    resent = [
+        (s, k, data.draw(st.integers(0, 120)), i, v) for s, k, _, i, v in events if data.draw(st.booleans())
+    ]
+    events = events + resent
+    join = WindowedJoin(MemoryKV(), window, join_type, ids=True)
+    _check_against_reference(join, join_type, window, events, by_id=True)
+
+
+def _check_against_reference(
+    join: WindowedJoin, join_type: JoinType, window: JoinWindow, events: list[Any], by_id: bool = False
+) -> None:
     got = [set(ids) for ids in run(join, events)]
-    expected, late = reference(join_type, window, events)
+    expected, late = reference(join_type, window, events, by_id)
     assert got == expected
     assert join.late == late
     # No spurious result: a record emitted unmatched never appears in a pair.
@@ -299,8 +337,8 @@ def test_rocksdb_state_behaves_like_memory(
             store = PartitionStore(path)
             overlay = Overlay(store)
             join = WindowedJoin(overlay, window, join_type)
-            for n, (side, record) in enumerate(part, 1):
-                got.append([out["join_id"] for out in join.process(side, record)])
+            for n, event in enumerate(part, 1):
+                got.append([ident(m) for m in join.process(*event)])
                 if n % commit_every == 0:
                     store.write(overlay.pending, n)
                     overlay.clear()
@@ -314,41 +352,15 @@ def test_window_rejects_negative_bounds() -> None:
         JoinWindow(before=-1)
 
 
-# -- the merged time index, and databases written before it -------------------------
+# -- state layout -----------------------------------------------------------------
 
 
-def _legacy_unmatched(state: MemoryKV, window: JoinWindow, at: int) -> None:
-    """Add the `u` entries an older version wrote for every left record, due at `at(ts)`."""
-    from tables import keys
-
-    for key, _ in list(state.scan(b"rL", b"rM")):
-        ts = keys.parse_record_key(key).ts
-        state.put(keys.index_key(keys.UNMATCHED, at(ts), key), b"")
-
-
-@pytest.mark.parametrize("legacy_due", ["retained_until", "closes_at", None])
-def test_unmatched_emitted_once_with_or_without_legacy_index(legacy_due: str | None) -> None:
-    state = MemoryKV()
-    join = WindowedJoin(state, W, LEFT)
-    join.process(*imp("i1", 1000))
-    join.process(*imp("i2", 1001, key="b"))
-    join.process(*click("k2", 1002, key="b"))  # i2 matched
-    if legacy_due == "retained_until":
-        _legacy_unmatched(state, W, W.retained_until)
-    elif legacy_due == "closes_at":
-        _legacy_unmatched(state, W, lambda ts: W.closes_at("left", ts))
-    join = WindowedJoin(state, W, LEFT)  # reopened: the legacy index is found by its scan
-    emitted = [r["join_id"] for t in range(1100, 1300, 7) for r in join.process(*click(f"z{t}", t, "z"))]
-    assert emitted.count("i1|") == 1 and "i2|" not in emitted
-    assert not [k for k, _ in state.scan(b"u", b"v")]  # legacy entries consumed
-    assert not [k for k, _ in state.scan(b"rL", b"rM")]  # and the records expired
-
-
-def test_left_record_has_three_state_entries() -> None:
+def test_a_record_has_two_state_entries() -> None:
+    """The record (with its value) and its time index entry; no separate duplicate index."""
     state = MemoryKV()
     WindowedJoin(state, W, LEFT).process(*imp("i1", 1000))
     prefixes = sorted(k[:1] for k, _ in state.scan(b"", b"\xff") if not k.startswith(b"m:"))
-    assert prefixes == [b"e", b"r", b"x"]
+    assert prefixes == [b"r", b"x"]
 
 
 def test_interleaved_scans_of_one_store_and_overlay() -> None:
@@ -379,68 +391,20 @@ def test_interleaved_scans_of_one_store_and_overlay() -> None:
         store.close()
 
 
-# -- validation: the fast path agrees with the full checks ---------------------------
-
-_values = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**63), 2**63 - 1),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from(["", "a", "b", "é"]),
-    st.lists(st.integers(0, 9), max_size=2),
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.sampled_from(["left", "right"]),
-    st.fixed_dictionaries(
-        {},
-        optional={f: _values for f in ("event_id", "auction_id", "campaign_id", "ts", "extra")},
-    ),
-    st.sampled_from([b"a", b"b", b"\xc3\xa9", b"\xff"]),
-    st.sampled_from([None, 0, 10**13]),
-)
-def test_validate_fast_path_agrees_with_full_checks(
-    side: Side, record: dict[str, Any], key: bytes, now: int | None
-) -> None:
-    import orjson
-
-    from tables.records import _checked, validate
-
-    assert validate(side, key, orjson.dumps(record), now) == _checked(side, key, record, now)
-
-
-@pytest.mark.parametrize("ts", [-1, 2**63 - 1, 2**63 + 5, 2**64 - 1, 253_402_300_800_000])
-def test_timestamps_outside_the_epoch_to_year_9999_are_rejected_even_in_a_backfill(ts: int) -> None:
-    """Without the wall-clock check (now_ms None) a huge timestamp used to pass and then
-    overflow the state's 64-bit time keys, crashing the join instead of dead-lettering."""
-    import orjson
-
-    from tables.records import Rejected, validate
-
-    value = orjson.dumps({"event_id": "e", "auction_id": "a", "ts": ts})
-    assert validate("right", b"a", value, None) == Rejected(
-        "timestamp out of range (0 to year 9999 in ms since the epoch)"
-    )
-    last = {"event_id": "e", "auction_id": "a", "ts": 253_402_300_799_999}
-    assert validate("right", b"a", orjson.dumps(last), None) == last
-
-
 @settings(max_examples=150, deadline=None)
 @given(streams(), st.sampled_from([1, 2, 3]))
 def test_short_expiry_read_ahead_matches_reference_model(
     case: tuple[JoinType, JoinWindow, list[Any]], read_ahead: int
 ) -> None:
     """The expiry read-ahead, refilled and trimmed every few entries, changes nothing."""
-    import tables.join
+    import tables.operator
 
     join_type, window, events = case
-    saved, tables.join.READ_AHEAD = tables.join.READ_AHEAD, read_ahead
+    saved, tables.operator.READ_AHEAD = tables.operator.READ_AHEAD, read_ahead
     try:
         got = [set(ids) for ids in run(WindowedJoin(MemoryKV(), window, join_type), events)]
     finally:
-        tables.join.READ_AHEAD = saved
+        tables.operator.READ_AHEAD = saved
     assert got == reference(join_type, window, events)[0]
 
 
@@ -481,8 +445,8 @@ def test_overlay_in_small_chunks_behaves_like_memory(
         overlay = Overlay(base)
         join = WindowedJoin(overlay, window, join_type)
         got = []
-        for n, (side, record) in enumerate(events, 1):
-            got.append([out["join_id"] for out in join.process(side, record)])
+        for n, event in enumerate(events, 1):
+            got.append([ident(m) for m in join.process(*event)])
             if n % commit_every == 0:
                 for key, value in overlay.pending.items():
                     base.put(key, value) if value is not None else base.delete(key)
@@ -492,13 +456,16 @@ def test_overlay_in_small_chunks_behaves_like_memory(
     assert got == expected
 
 
-def test_counters_kept_in_memory_follow_restore() -> None:
+def test_counters_follow_restore() -> None:
     from tables import keys
 
-    state = MemoryKV()
-    join = WindowedJoin(state, W, LEFT)
-    assert [join.add_counter("a"), join.add_counter("a", 2)] == [1, 3]
-    join.restore(keys.meta_key("count:a"), keys.encode_int(10))  # a changelog record
-    assert join.add_counter("a") == 11
-    assert WindowedJoin(state, W, LEFT).add_counter("a") == 12  # reopened: read from state
-    assert WindowedJoin(state, W, LEFT).counters() == {"a": 12}
+    join = WindowedJoin(MemoryKV(), W, LEFT)
+    join.process(*imp("i1", 1000))
+    join.process(*imp("i1", 1000))  # a duplicate
+    changes = dict(join.take_changes())
+    assert keys.decode_int(changes[keys.meta_key("duplicates")]) == 1
+    replica = WindowedJoin(MemoryKV(), W, LEFT)
+    for key, value in changes.items():
+        replica.restore(key, value)
+    assert replica.duplicates == 1
+    assert replica.process(*imp("i1", 1000)) == [] and replica.duplicates == 2

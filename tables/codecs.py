@@ -1,0 +1,383 @@
+"""What a join does with one input record before joining it: decode, check, and take
+its join key, timestamp and id (docs/join-semantics.md, "Records"). No I/O.
+
+A side is described by the Faust topic it reads (its `key_type`, `value_type` and
+serializers) plus the join's options. Common forms take fast paths (JSON with orjson,
+`faust.Record` fields checked by their annotations, raw bytes and str, int keys); any
+other form goes through Faust's own serializers. A record that cannot be used is
+`Rejected` with a reason (it goes to the join's dead-letter topic) and a category
+from a small fixed set (for counters and metrics).
+
+JSON is decoded by orjson (strict RFC 8259, UTF-8 only): NaN, Infinity, lone
+surrogates, a byte order mark and non-UTF-8 text are malformed JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+from faust.models.record import Record
+
+Category = Literal[
+    "null_key",  # no Kafka key: it cannot be joined by key
+    "too_large",  # value over the join's size limit
+    "undecodable",  # the serializer could not read it
+    "wrong_type",  # decoded, but the declared types reject it
+    "timestamp",  # no usable timestamp
+    "rejected",  # the join's own `validate` check said no
+    "wrong_partition",  # its key belongs to another partition (the producer's partitioner)
+    "handler_error",  # a result of it made the join's handler raise
+]
+CATEGORIES: tuple[Category, ...] = typing.get_args(Category)
+
+# Kafka timestamps are milliseconds since the epoch, never negative; past year 9999 a
+# value is corrupt, and near 2**63 it would overflow the state's time keys.
+MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+_OFFSET = struct.Struct(">Q")
+
+TimestampSpec = str | Callable[[Any], "int | datetime"] | None
+IdSpec = str | Callable[[Any], "str | bytes | int"] | None
+Validate = Callable[[Any, Any], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record that cannot be joined, and why."""
+
+    reason: str
+    category: Category
+
+
+class Dropped:
+    """A record with a null value: dropped and counted, never joined (Kafka Streams 3.8+)."""
+
+
+DROPPED = Dropped()
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A record to join: its timestamp (ms) and its id within its side and key."""
+
+    ts: int
+    record_id: bytes
+    value: Any = None  # the decoded value, when it was built to check the record
+
+
+def to_millis(when: Any, what: str) -> int | str:
+    """Milliseconds since the epoch from an int or a datetime (naive = UTC), or why not."""
+    if type(when) is int:
+        return when
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return int(when.timestamp() * 1000)
+    if isinstance(when, str):
+        try:
+            return to_millis(datetime.fromisoformat(when), what)
+        except ValueError:
+            return f"{what} {when[:40]!r} is not an ISO 8601 time"
+    return f"{what} is {type(when).__name__}: give milliseconds as an int, or a datetime"
+
+
+# -- value forms ----------------------------------------------------------------
+
+
+def _checker(annotation: Any) -> Callable[[Any], bool] | None:
+    """A fast check of a decoded JSON value against a field annotation; None = anything."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        checks = [_checker(a) for a in inner]
+        if any(c is None for c in checks):
+            return None
+        return lambda v: v is None or any(c(v) for c in checks)  # type: ignore[misc]
+    simple: dict[Any, Callable[[Any], bool]] = {
+        str: lambda v: type(v) is str,
+        int: lambda v: type(v) is int,
+        bool: lambda v: type(v) is bool,
+        float: lambda v: type(v) in (float, int),
+        list: lambda v: type(v) is list,
+        dict: lambda v: type(v) is dict,
+    }
+    if annotation in simple:
+        return simple[annotation]
+    if origin in simple:
+        return simple[origin]
+    if isinstance(annotation, type) and issubclass(annotation, Record):
+        return lambda v: type(v) is dict
+    return None  # datetimes, decimals, anything else: Faust decides when it builds it
+
+
+def _type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(annotation)).replace("NoneType", "None")
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    annotation: Any
+    required: bool  # no default
+    nullable: bool
+    check: Callable[[Any], bool] | None
+
+
+def record_fields(model: type[Record]) -> list[_Field]:
+    """The fields of a `faust.Record` and how to check each in decoded JSON."""
+    options = model._options
+    fields = []
+    for name, annotation in options.fields.items():
+        optional = name in options.optionalset
+        nullable = optional or type(None) in typing.get_args(annotation)
+        fields.append(_Field(name, annotation, not optional, nullable, _checker(annotation)))
+    return fields
+
+
+class ValueForm:
+    """How one side's values are read: `check` on every input, `build` for results."""
+
+    needs_object = False  # build the value for every input (the record's own validation)
+
+    def check(self, raw: bytes) -> Any:
+        """The decoded payload (dict for JSON objects) or a Rejected."""
+        raise NotImplementedError
+
+    def build(self, payload: Any) -> Any:
+        """The value handed to the app, from what `check` returned."""
+        return payload
+
+    def field(self, payload: Any, name: str) -> Any:
+        return payload.get(name) if type(payload) is dict else getattr(payload, name, None)
+
+
+class RawForm(ValueForm):
+    def check(self, raw: bytes) -> Any:
+        return raw
+
+
+class StrForm(ValueForm):
+    def check(self, raw: bytes) -> Any:
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            return Rejected("value is not UTF-8 text", "undecodable")
+
+
+class JsonForm(ValueForm):
+    def check(self, raw: bytes) -> Any:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return Rejected(f"malformed JSON: {exc.__class__.__name__}", "undecodable")
+
+
+class RecordForm(JsonForm):
+    """A `faust.Record` in JSON: every field present with its declared type (checked on the
+    decoded JSON, without building the record), built only for results."""
+
+    def __init__(self, model: type[Record]) -> None:
+        self.model = model
+        self.fields = record_fields(model)
+        # A model that validates or converts its own fields must be built to be checked.
+        self.needs_object = bool(model._options.validation or model._options.coerce)
+
+    def check(self, raw: bytes) -> Any:
+        payload = super().check(raw)
+        if type(payload) is not dict:
+            if isinstance(payload, Rejected):
+                return payload
+            kind = "null" if payload is None else type(payload).__name__
+            return Rejected(f"value is a JSON {kind}, not an object", "wrong_type")
+        for f in self.fields:
+            found = payload.get(f.name)
+            if found is None:
+                if f.required and not f.nullable:
+                    return Rejected(f"missing or null field {f.name!r}", "wrong_type")
+                continue
+            if f.check is not None and not f.check(found):
+                return Rejected(
+                    f"field {f.name!r} is {type(found).__name__}, expected {_type_name(f.annotation)}",
+                    "wrong_type",
+                )
+        return payload
+
+    def build(self, payload: Any) -> Any:
+        return self.model.from_data(payload, preferred_type=self.model)
+
+
+class FaustForm(ValueForm):
+    """Anything else: Faust's own serializer registry decides."""
+
+    needs_object = True
+
+    def __init__(self, loads: Callable[[bytes], Any]) -> None:
+        self.loads = loads
+
+    def check(self, raw: bytes) -> Any:
+        try:
+            return self.loads(raw)
+        except Exception as exc:  # the registry raises many kinds
+            return Rejected(f"undecodable: {exc.__class__.__name__}: {str(exc)[:200]}", "undecodable")
+
+
+def value_form(value_type: Any, serializer: str | None, loads: Callable[[bytes], Any]) -> ValueForm:
+    """The form for a topic's value type and serializer (serializer None = the app's default)."""
+    if isinstance(value_type, type) and issubclass(value_type, Record) and serializer in ("json", None):
+        return RecordForm(value_type)
+    if serializer == "raw" and value_type in (None, bytes):
+        return RawForm()
+    if serializer == "raw" and value_type is str:
+        return StrForm()
+    if serializer == "json" and value_type in (None, dict, list, typing.Any):
+        return JsonForm()
+    return FaustForm(loads)
+
+
+# -- key forms --------------------------------------------------------------------
+
+
+def key_check(key_type: Any, serializer: str | None, loads: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """A function of the key's bytes that returns the key, or a Rejected."""
+    if serializer in ("raw", None) and key_type in (None, bytes):
+        return lambda raw: raw
+    if serializer in ("raw", None) and key_type is int:
+
+        def int_key(raw: bytes) -> Any:
+            try:
+                return int(raw)
+            except ValueError:
+                return Rejected(f"key {raw[:40]!r} is not an int", "wrong_type")
+
+        return int_key
+    if serializer in ("raw", None) and key_type is str:
+
+        def str_key(raw: bytes) -> Any:
+            try:
+                return raw.decode()
+            except UnicodeDecodeError:
+                return Rejected("key is not UTF-8 text", "undecodable")
+
+        return str_key
+
+    def faust_key(raw: bytes) -> Any:
+        try:
+            return loads(raw)
+        except Exception as exc:
+            return Rejected(f"undecodable key: {exc.__class__.__name__}: {str(exc)[:200]}", "undecodable")
+
+    return faust_key
+
+
+# -- one side -------------------------------------------------------------------
+
+
+class SideCodec:
+    """Everything the join checks and extracts on one side's records."""
+
+    def __init__(
+        self,
+        topic: str,
+        key: Callable[[bytes], Any],
+        form: ValueForm,
+        *,
+        timestamp: TimestampSpec = None,
+        record_id: IdSpec = None,
+        validate: Validate | None = None,
+        max_value_bytes: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.key = key
+        self.form = form
+        self.timestamp = timestamp
+        self.record_id = record_id
+        self.validate = validate
+        self.max_value_bytes = max_value_bytes
+        # Build the value for every input only when something needs the object itself.
+        self.builds = form.needs_object or callable(timestamp) or callable(record_id) or validate is not None
+
+    def check(
+        self, key: bytes | None, value: bytes | None, offset: int, message_ts: int | None
+    ) -> Accepted | Rejected | Dropped:
+        """Decide what to do with one input record."""
+        if key is None:
+            # A keyless record lands on an arbitrary partition, away from its partner:
+            # it would silently never join. Rejecting it makes the loss visible.
+            return Rejected("null Kafka key", "null_key")
+        if value is None:
+            return DROPPED
+        limit = self.max_value_bytes
+        if limit is not None and len(value) > limit:
+            return Rejected(f"value of {len(value)} bytes exceeds {limit}", "too_large")
+        decoded_key = self.key(key)
+        if type(decoded_key) is Rejected:
+            return decoded_key
+        payload = self.form.check(value)
+        if type(payload) is Rejected:
+            return payload
+        built = None
+        if self.builds:
+            try:
+                built = self.form.build(payload)
+            except Exception as exc:  # a model's own validation, conversions
+                return Rejected(f"{exc.__class__.__name__}: {str(exc)[:200]}", "wrong_type")
+            if self.validate is not None:
+                reason = self.validate(decoded_key, built)
+                if reason:
+                    return Rejected(str(reason), "rejected")
+        ts = self._timestamp(payload, built, message_ts)
+        if type(ts) is not int:
+            return Rejected(str(ts), "timestamp")
+        if not 0 <= ts <= MAX_TS_MS:
+            return Rejected("timestamp out of range (0 to year 9999 in ms since the epoch)", "timestamp")
+        record_id = self._record_id(payload, built, offset)
+        if type(record_id) is Rejected:
+            return record_id
+        return Accepted(ts, record_id, built)
+
+    def _timestamp(self, payload: Any, built: Any, message_ts: int | None) -> int | str:
+        spec = self.timestamp
+        if spec is None:
+            if message_ts is None or message_ts < 0:
+                return "the record has no Kafka timestamp"
+            return message_ts
+        if isinstance(spec, str):
+            found = self.form.field(payload, spec)
+            if found is None:
+                return f"missing or null timestamp field {spec!r}"
+            if type(found) is bool:
+                return f"timestamp field {spec!r} is bool"
+            return to_millis(found, f"timestamp field {spec!r}")
+        try:
+            return to_millis(spec(built), "the timestamp function's result")
+        except Exception as exc:
+            return f"the timestamp function raised {exc.__class__.__name__}: {str(exc)[:200]}"
+
+    def _record_id(self, payload: Any, built: Any, offset: int) -> bytes | Rejected:
+        spec = self.record_id
+        if spec is None:
+            return _OFFSET.pack(offset)  # read twice = the same record
+        if isinstance(spec, str):
+            found = self.form.field(payload, spec)
+            if found is None:
+                return Rejected(f"missing or null id field {spec!r}", "wrong_type")
+        else:
+            try:
+                found = spec(built)
+            except Exception as exc:
+                return Rejected(f"the id function raised {exc.__class__.__name__}: {exc}", "wrong_type")
+        if isinstance(found, bytes):
+            return found
+        return str(found).encode()
+
+    def value(self, raw: bytes) -> Any:
+        """The app's value of a stored record (decoded again: state keeps the bytes)."""
+        return self.form.build(self.form.check(raw))

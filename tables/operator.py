@@ -1,0 +1,341 @@
+"""Windowed stream-stream join of two co-partitioned inputs (Kafka Streams' KStream-KStream
+join, KIP-633), minus its spurious unmatched results.
+
+Pure operator, no I/O: it reads and writes an ordered key-value state (tables/kv.py;
+layout in tables/keys.py) and returns matches exactly as in docs/join-semantics.md.
+Keys and values are bytes: the operator never decodes them, so any serializer works.
+
+    join = WindowedJoin(state, JoinWindow(before=0, after=600_000, grace=60_000), JoinType.LEFT)
+    matches = join.process("left", key, ts, record_id, value)  # list of Match
+    changes = join.take_changes()                # (key, value) pairs for the changelog
+    join.restore(key, value); join.finish_restore()  # apply a changelog, emitting nothing
+
+Time only moves forward: a record is late, dropped and counted, when its window
+closed before it arrived; unmatched records of a left, right or outer join are
+emitted once stream time passes their window plus grace; every record is deleted
+once no record still accepted could match it. Both run by range scans over one
+time index, never over the whole state.
+"""
+
+from __future__ import annotations
+
+import enum
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tables import keys
+from tables.keys import BYTE_SIDE, Side
+from tables.kv import KV
+
+UNMATCHED_FLAG = b"\x00"
+MATCHED_FLAG = b"\x01"
+_NEVER = 1 << 62
+READ_AHEAD = 256  # expiry index entries read per scan beyond those due
+
+
+class JoinType(enum.Enum):
+    INNER = "inner"
+    LEFT = "left"
+    RIGHT = "right"
+    OUTER = "outer"
+
+    @property
+    def unmatched_sides(self) -> frozenset[Side]:
+        """Sides whose unmatched records are emitted with the other side None."""
+        return {
+            JoinType.INNER: frozenset(),
+            JoinType.LEFT: frozenset({"left"}),
+            JoinType.RIGHT: frozenset({"right"}),
+            JoinType.OUTER: frozenset({"left", "right"}),
+        }[self]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinWindow:
+    """`left.ts - before <= right.ts <= left.ts + after`; `grace` for late records (ms)."""
+
+    before: int = 0
+    after: int = 600_000
+    grace: int = 60_000
+
+    def __post_init__(self) -> None:
+        if min(self.before, self.after, self.grace) < 0:
+            raise ValueError(f"window bounds must not be negative: {self}")
+
+    def closes_at(self, side: Side, ts: int) -> int:
+        """Stream time after which the record is late (dropped if it arrives later)."""
+        return ts + (self.after if side == "left" else self.before) + self.grace
+
+    def retained_until(self, ts: int) -> int:
+        """Last stream time at which a record still accepted could match this one:
+        an unmatched record is emitted, and any record deleted, once stream time passes it."""
+        return ts + self.before + self.after + self.grace
+
+    def match_range(self, side: Side, ts: int) -> tuple[int, int]:
+        """Inclusive range of the other side's timestamps that match a record."""
+        if side == "left":
+            return ts - self.before, ts + self.after
+        return ts - self.after, ts + self.before
+
+
+class Match(NamedTuple):
+    """One result: the join key and both sides' serialized values (None: no partner)."""
+
+    key: bytes
+    left: bytes | None
+    right: bytes | None
+    timestamp: int  # the later of the two records' timestamps, or the lone record's
+
+
+_STREAM_TIME_KEY = keys.meta_key("stream_time")
+_RECORD_LEFT = keys.RECORD + keys.SIDE_BYTE["left"]
+_RECORD_RIGHT = keys.RECORD + keys.SIDE_BYTE["right"]
+_ID_LEFT = keys.ID + keys.SIDE_BYTE["left"]
+_ID_RIGHT = keys.ID + keys.SIDE_BYTE["right"]
+_pack_time = keys.TIME.pack
+_unpack_time = keys.TIME.unpack_from
+_pack_len = keys.LEN.pack
+_BIAS = keys.TIME_BIAS
+# Counters kept with the state and its changelog.
+COUNTERS = ("late", "duplicates")
+
+
+class WindowedJoin:
+    """The join of one task (partition) over its state.
+
+    The per-record path (`process`) is written flat, with the key layout of
+    tables/keys.py inlined: it runs once per input record and its cost is the
+    join's throughput (docs/bench/worker.md)."""
+
+    def __init__(
+        self,
+        state: KV,
+        window: JoinWindow | None = None,
+        join_type: JoinType = JoinType.INNER,
+        ids: bool = False,
+    ) -> None:
+        """`ids`: records carry their own ids (the join's `id` option), and one with an id
+        already held for its side and key is a duplicate whatever its time. Otherwise the
+        id is the input offset, and a duplicate is a record read twice (same time too)."""
+        self.state = state
+        self.ids = ids
+        self.window = window or JoinWindow()
+        self.join_type = join_type
+        self._tracked = join_type.unmatched_sides
+        self._changes: dict[bytes, bytes] = {}
+        self._dirty_meta: set[str] = set()
+        # Lower bound of the earliest entry of the time index: skip scans until due.
+        self._due = -_NEVER
+        # Read-ahead of the time index: every entry due at or before `_ahead_until`,
+        # in order, so expiry scans the state once per READ_AHEAD entries, not per record.
+        self._ahead: list[bytes] = []
+        self._ahead_until = -_NEVER
+        w = self.window
+        self._closes = {"left": w.after + w.grace, "right": w.before + w.grace}
+        self._retention = w.before + w.after + w.grace
+        self.stream_time: int | None = self._meta("stream_time")
+        self.late = self._meta("late") or 0
+        self.duplicates = self._meta("duplicates") or 0
+
+    # -- processing -------------------------------------------------------
+
+    def process(self, side: Side, key: bytes, ts: int, record_id: bytes, value: bytes) -> list[Match]:
+        """Matches caused by one input record (and unmatched records now due)."""
+        now = self.stream_time
+        if now is not None and ts + self._closes[side] < now:
+            self._count("late")
+            return []
+        state = self.state
+        left = side == "left"
+        joined = _pack_len(len(key)) + key
+        own = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined + _pack_time(ts + _BIAS) + record_id
+        identity = ((_ID_LEFT if left else _ID_RIGHT) + joined + record_id) if self.ids else own
+        if state.get(identity) is not None:
+            self._count("duplicates")  # delivered twice
+            return []
+        if now is None or ts > now:
+            self.stream_time = ts
+            state.put(_STREAM_TIME_KEY, _pack_time(ts + _BIAS))
+            results = self._expire(True) if self._due < ts else []
+        else:
+            results = []
+
+        # Partners: the other side's records of this join key within the window.
+        window = self.window
+        if left:
+            other = _RECORD_RIGHT + joined
+            lo, hi = ts - window.before, ts + window.after
+        else:
+            other = _RECORD_LEFT + joined
+            lo, hi = ts - window.after, ts + window.before
+        found = list(state.scan(other + _pack_time(lo + _BIAS), other + _pack_time(hi + 1 + _BIAS)))
+        if found:
+            at = len(other)
+            other_tracked = ("right" if left else "left") in self._tracked
+            changes = self._changes
+            for partner_key, partner in found:
+                partner_ts = _unpack_time(partner_key, at)[0] - _BIAS
+                later = ts if ts > partner_ts else partner_ts
+                if left:
+                    results.append(Match(key, value, partner[1:], later))
+                else:
+                    results.append(Match(key, partner[1:], value, later))
+                if other_tracked and partner[:1] == UNMATCHED_FLAG:
+                    # Only the flag changes: the partner's index entry stays as it is.
+                    partner = MATCHED_FLAG + partner[1:]
+                    changes[partner_key] = partner
+                    state.put(partner_key, partner)
+
+        # The record itself, and its index entry.
+        stored = (MATCHED_FLAG if found else UNMATCHED_FLAG) + value
+        self._changes[own] = stored
+        state.put(own, stored)
+        if identity is not own:
+            state.put(identity, b"")
+        expire_at = ts + self._retention
+        entry = keys.EXPIRY + _pack_time(expire_at + _BIAS) + own
+        state.put(entry, b"")
+        if expire_at <= self._ahead_until:
+            self._add_ahead(entry)
+        if expire_at < self._due:
+            self._due = expire_at
+        return results
+
+    # -- expiry and unmatched emission ------------------------------------
+
+    def _index(self, record_key: bytes, ts: int) -> None:
+        """Add a restored record's index entry (process inlines this)."""
+        expire_at = self.window.retained_until(ts)
+        entry = keys.index_key(keys.EXPIRY, expire_at, record_key)
+        self.state.put(entry, b"")
+        if self.ids:
+            self.state.put(keys.id_key(record_key), b"")
+        if expire_at <= self._ahead_until:
+            self._add_ahead(entry)
+        self._due = min(self._due, expire_at)
+
+    def _add_ahead(self, entry: bytes) -> None:
+        """Keep a new index entry that falls inside the read-ahead (once: a restored
+        record may be written again), and keep the read-ahead short."""
+        ahead = self._ahead
+        at = bisect_left(ahead, entry)
+        if at < len(ahead) and ahead[at] == entry:
+            return
+        ahead.insert(at, entry)
+        if len(ahead) > 2 * READ_AHEAD:
+            # Keep the entries before the time of the READ_AHEAD-th: all of each time.
+            cut_at = _unpack_time(ahead[READ_AHEAD], 1)[0] - _BIAS
+            del ahead[bisect_left(ahead, keys.EXPIRY + _pack_time(cut_at + _BIAS)) :]
+            self._ahead_until = cut_at - 1
+
+    def _expire(self, emit: bool) -> list[Match]:
+        """One time index serves retention and unmatched emission (both fall due at
+        `retained_until(ts)`): when an entry comes due, the record is emitted if its side
+        is tracked and its flag still says unmatched, then deleted."""
+        results: list[Match] = []
+        state = self.state
+        tracked = self._tracked
+        for index_entry in self._take_due():
+            record_key = index_entry[9:]
+            if emit and tracked and BYTE_SIDE[record_key[1]] in tracked:
+                value = state.get(record_key)
+                if value is not None and value[:1] == UNMATCHED_FLAG:
+                    results.append(_unmatched(record_key, value))
+            state.delete(record_key)
+            if self.ids:
+                state.delete(keys.id_key(record_key))
+            state.delete(index_entry)
+        return results
+
+    def _take_due(self) -> list[bytes]:
+        """Index entries whose time is before stream time, from the read-ahead when it
+        covers them, else from a scan that also refills the read-ahead."""
+        now = self.stream_time
+        if now is None or self._due >= now:
+            return []
+        ahead = self._ahead
+        if self._ahead_until < now - 1:
+            ahead, self._ahead_until = self._read_ahead(now)
+            self._ahead = ahead
+        cut = bisect_left(ahead, keys.EXPIRY + _pack_time(now + _BIAS))
+        due = ahead[:cut]
+        del ahead[:cut]
+        if ahead:
+            self._due = _unpack_time(ahead[0], 1)[0] - _BIAS
+        else:
+            until = self._ahead_until
+            self._due = until + 1 if until < _NEVER else _NEVER
+        return due
+
+    def _read_ahead(self, now: int) -> tuple[list[bytes], int]:
+        """Every index entry due before `now` plus about READ_AHEAD more (all of each
+        time), and the time up to which the list is complete. The scan starts at the
+        earliest live entry, so it never walks the tombstones expiry leaves behind."""
+        lo, hi = keys.index_bounds(keys.EXPIRY)
+        if self._due > -_NEVER:
+            lo = keys.EXPIRY + keys.encode_time(self._due)
+        entries: list[bytes] = []
+        kept, last_at = 0, -_NEVER
+        for entry, _ in self.state.scan(lo, hi):
+            at = _unpack_time(entry, 1)[0] - _BIAS
+            if at >= now:
+                if kept >= READ_AHEAD and at > last_at:
+                    return entries, last_at
+                kept += 1
+                last_at = at
+            entries.append(entry)
+        return entries, _NEVER
+
+    # -- metadata: counters ------------------------------------------------
+
+    def _meta(self, name: str) -> int | None:
+        raw = self.state.get(keys.meta_key(name))
+        return None if raw is None else keys.decode_int(raw)
+
+    def _count(self, name: str) -> None:
+        value = getattr(self, name) + 1
+        setattr(self, name, value)
+        self.state.put(keys.meta_key(name), keys.encode_int(value))
+        self._dirty_meta.add(name)
+
+    # -- changelog ---------------------------------------------------------
+
+    def take_changes(self) -> list[tuple[bytes, bytes]]:
+        """Changelog records since the last call: records first, then the counters."""
+        changes = list(self._changes.items())
+        for name in sorted(self._dirty_meta):
+            key = keys.meta_key(name)
+            changes.append((key, self.state.get(key) or b""))
+        self._changes.clear()
+        self._dirty_meta.clear()
+        return changes
+
+    def restore(self, key: bytes, value: bytes | None) -> None:
+        """Apply one changelog record without emitting anything."""
+        if value is None:
+            return  # the join writes no tombstones; compaction may, harmlessly
+        if key.startswith(keys.META):
+            self.state.put(key, value)
+            name = key[len(keys.META) :].decode()
+            if name in COUNTERS:
+                setattr(self, name, keys.decode_int(value))
+            return
+        if key.startswith(keys.RECORD):
+            ts = keys.parse_record_key(key).ts
+            self.state.put(key, value)
+            self._index(key, ts)
+            if self.stream_time is None or ts > self.stream_time:
+                self.stream_time = ts
+                self.state.put(_STREAM_TIME_KEY, keys.encode_int(ts))
+
+    def finish_restore(self) -> None:
+        """Drop what the restored stream time has expired, silently (already emitted)."""
+        self._expire(emit=False)
+
+
+def _unmatched(record_key: bytes, value: bytes) -> Match:
+    stored = keys.parse_record_key(record_key)
+    if stored.side == "left":
+        return Match(stored.key, value[1:], None, stored.ts)
+    return Match(stored.key, None, value[1:], stored.ts)
