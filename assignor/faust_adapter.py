@@ -1,10 +1,11 @@
 """Tandem's thin Faust adapter: Faust/Kafka state -> scenario -> ``assignor.plan`` -> back.
 
-Enable it in an app (docs/assignor-adapter.md)::
+Apps that declare their joins with `tables.join` get it installed for them. On its
+own (docs/assignor-adapter.md)::
 
     app = faust.App("id", broker=..., PartitionAssignor=TandemAssignor)
     declare_join(app, topics=["impressions", "clicks"], changelog="ads-joins-changelog")
-    install(app, local_offsets=state.local_offsets)
+    install(app, local_offsets=lambda: {"ads-joins-changelog": {0: 1200}})
 
 Placement is decided by the pure planner only; this module translates. The
 group protocol is offered as ``[tandem, faust]`` so that a group that still has
@@ -15,6 +16,7 @@ stock Faust workers keeps working on the stock protocol
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import time
@@ -30,11 +32,10 @@ from aiokafka.coordinator.protocol import (
 from faust.assignor import PartitionAssignor
 from faust.assignor.client_assignment import ClientAssignment
 from faust.exceptions import ImproperlyConfigured
-from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP, AppT
 from yarl import URL
 
-from assignor import PlanStats, plan_with_stats, wire
+from assignor import PlanStats, faust_internals, plan_with_stats, wire
 from assignor.faust_routing import RoutingUnavailable, prefetch, register_view
 from assignor.faust_scenario import (
     Join,
@@ -45,6 +46,7 @@ from assignor.faust_scenario import (
     member_assignments,
     routing_table,
     topic_counts,
+    verify_copartitioned,
     with_global_tables,
 )
 from assignor.settings import TandemSettings
@@ -73,7 +75,7 @@ class TandemAssignor(PartitionAssignor):
         super().__init__(app, replicas=replicas)
         self.settings = TandemSettings.from_env(defaults={"standby_replicas": replicas})
         self.joins: list[Join] = []
-        self.local_offsets: LocalOffsets | None = None
+        self.local_offsets: list[LocalOffsets] = []  # each gives topic -> partition -> offset
         self._epoch = 0
         self._own = wire.Assignment()
         self._info: RebalanceInfo | None = None
@@ -142,14 +144,13 @@ class TandemAssignor(PartitionAssignor):
         )
 
     def _read_local_offsets(self) -> dict[str, dict[int, int]]:
-        if self.local_offsets is None:
-            return {}
-        try:
-            found = self.local_offsets()
-            return {str(t): {int(p): int(o) for p, o in by_p.items()} for t, by_p in found.items()}
-        except Exception:  # the state store must not keep a worker out of its group
-            log.exception("local_offsets() failed; joining without local state")
-            return {}
+        merged: dict[str, dict[int, int]] = {}
+        for source in self.local_offsets:
+            try:
+                merged.update(offsets_shape(source()))
+            except Exception:  # the state store must not keep a worker out of its group
+                log.exception("local offsets from %r failed; joining without them", source)
+        return merged
 
     def assign(
         self,
@@ -244,9 +245,7 @@ class TandemAssignor(PartitionAssignor):
         tables = self._table_changelogs()
         url = str(self._url)
         self.changelog_distribution = {url: {t: p for t, p in own.active.items() if t in tables}}
-        self.external_topic_distribution = {
-            url: {t: p for t, p in own.active.items() if t not in tables}
-        }
+        self.external_topic_distribution = {url: {t: p for t, p in own.active.items() if t not in tables}}
 
     # ------------------------------------------------------------ Faust internals
 
@@ -270,7 +269,7 @@ class TandemAssignor(PartitionAssignor):
         if owner is None:
             raise RoutingUnavailable(
                 f"owner of {tp} unknown on this worker: fetch the routing table "
-                "(assignor.faust_adapter.fetch_routing) or ask the leader"
+                "(assignor.faust_routing.fetch_routing) or ask the leader"
             )
         return URL(owner)
 
@@ -288,10 +287,7 @@ class TandemAssignor(PartitionAssignor):
         """url -> topic -> partitions: the routing table's if known, else the stock maps."""
         if self._routing is None:
             merged = {**self.external_topic_distribution, **self.changelog_distribution}
-            return {
-                url: {t: list(p) for t, p in tps.items() if t in topics}
-                for url, tps in merged.items()
-            }
+            return {url: {t: list(p) for t, p in tps.items() if t in topics} for url, tps in merged.items()}
         return self._routing.by_url(topics)
 
     def _table_changelogs(self) -> set[str]:
@@ -419,26 +415,53 @@ def declare_join(app: AppT, topics: Iterable[str], changelog: str | None = None)
     return join
 
 
+def offsets_shape(found: Any) -> dict[str, dict[int, int]]:
+    """Local offsets as changelog topic -> partition -> offset, or a TypeError saying what
+    was given instead (a {partition: offset} map would silently report nothing)."""
+    if not isinstance(found, Mapping):
+        raise TypeError(f"local offsets must map changelog topic -> partition -> offset, not {found!r}")
+    shaped: dict[str, dict[int, int]] = {}
+    for topic, by_partition in found.items():
+        if not isinstance(topic, str) or not isinstance(by_partition, Mapping):
+            raise TypeError(
+                "local offsets must map changelog topic -> partition -> offset, e.g. "
+                f"{{'app-join-changelog': {{0: 1200}}}}; got the entry {topic!r}: {by_partition!r}"
+            )
+        shaped[topic] = {int(p): int(o) for p, o in by_partition.items()}
+    return shaped
+
+
 def install(
     app: AppT,
     *,
     settings: TandemSettings | None = None,
     local_offsets: LocalOffsets | None = None,
 ) -> TandemAssignor:
-    """Wire Tandem into ``app`` before its worker starts: protocols, settings, local state."""
-    from assignor import faust_join
-    from assignor.faust_consumer import TandemConsumer
+    """Wire Tandem into ``app`` before its worker starts: protocols, settings, local state.
 
+    ``local_offsets()`` returns changelog topic -> partition -> offset of the state on this
+    worker's disk; it is called once here, and a wrong shape raises TypeError now."""
     assignor = tandem(app)
+    faust_internals.check()
     if settings is not None:
         assignor.settings = settings
     if local_offsets is not None:
-        assignor.local_offsets = local_offsets
-    faust_join.install()
+        offsets_shape(local_offsets())  # loud at start-up, not silently empty at every rebalance
+        if local_offsets not in assignor.local_offsets:
+            assignor.local_offsets.append(local_offsets)
+    faust_internals.install_group_join()
+    faust_internals.delay_follower_sync(assignor.settings.follower_sync_delay_ms / 1000)
+    faust_internals.install_consumer(
+        app, assignor.settings.fetch_max_wait_ms, assignor.settings.fetch_high_watermarks
+    )
+    faust_internals.add_start_check(app, functools.partial(_verify_joins, assignor))
     if app.conf.web_enabled:
         register_view(app, assignor)
-    transport = app.transport
-    if not issubclass(transport.Consumer, Consumer):
-        raise ImproperlyConfigured(f"Tandem needs the aiokafka transport, not {type(transport)}")
-    transport.Consumer = TandemConsumer  # type: ignore[misc]  # this app's transport only
     return assignor
+
+
+async def _verify_joins(assignor: TandemAssignor, bootstrap: list[str]) -> None:
+    """Stop the worker before it joins its group if a declared join is not co-partitioned."""
+    if assignor.joins:
+        topics = {t for j in assignor.joins for t in j.all_topics}
+        verify_copartitioned(assignor.joins, await faust_internals.broker_partition_counts(bootstrap, topics))

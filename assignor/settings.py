@@ -7,6 +7,9 @@
 | rack | TANDEM_RACK | none |
 | capacity | TANDEM_CAPACITY | 1.0 |
 | acceptable_recovery_lag | TANDEM_ACCEPTABLE_RECOVERY_LAG | 10000 records |
+| fetch_max_wait_ms | TANDEM_FETCH_MAX_WAIT_MS | 1500 (Faust's); the embedded broker needs ~100 |
+| follower_sync_delay_ms | TANDEM_FOLLOWER_SYNC_DELAY_MS | 0; the embedded broker needs ~150 |
+| fetch_high_watermarks | TANDEM_FETCH_HIGH_WATERMARKS | false; true on the embedded broker |
 
 Explicit arguments to :meth:`TandemSettings.from_env` win over the environment,
 which wins over the defaults.
@@ -38,6 +41,10 @@ class TandemSettings:
     # A member's local state counts as warm for a task when its changelog offset
     # is at most this many records behind the freshest copy any member reports.
     acceptable_recovery_lag: int = DEFAULT_RECOVERY_LAG
+    # Consumer timings Faust does not expose (docs/embedded-broker.md).
+    fetch_max_wait_ms: int = 1500
+    follower_sync_delay_ms: int = 0
+    fetch_high_watermarks: bool = False
 
     def __post_init__(self) -> None:
         if self.standby_replicas < 0:
@@ -45,9 +52,9 @@ class TandemSettings:
         if not (math.isfinite(self.capacity) and self.capacity > 0):
             raise SettingsError(f"capacity must be a positive number, not {self.capacity}")
         if self.acceptable_recovery_lag < 0:
-            raise SettingsError(
-                f"acceptable_recovery_lag must be >= 0, not {self.acceptable_recovery_lag}"
-            )
+            raise SettingsError(f"acceptable_recovery_lag must be >= 0, not {self.acceptable_recovery_lag}")
+        if self.fetch_max_wait_ms < 0 or self.follower_sync_delay_ms < 0:
+            raise SettingsError("fetch_max_wait_ms and follower_sync_delay_ms must be >= 0")
         if not self.host:
             object.__setattr__(self, "host", socket.gethostname())
 
@@ -70,7 +77,14 @@ class TandemSettings:
 
 
 def _parse(name: str, raw: str) -> Any:
-    converters = {"standby_replicas": int, "acceptable_recovery_lag": int, "capacity": float}
+    converters = {
+        "standby_replicas": int,
+        "acceptable_recovery_lag": int,
+        "capacity": float,
+        "fetch_max_wait_ms": int,
+        "follower_sync_delay_ms": int,
+        "fetch_high_watermarks": lambda raw: raw.lower() in ("1", "true", "yes", "on"),
+    }
     convert = converters.get(name, str)
     try:
         return convert(raw)

@@ -3,9 +3,9 @@
 Used by the rolling-upgrade test (one stock Faust worker and one Tandem
 worker in one group) and handy to try the adapter by hand::
 
-    python -m assignor.faust_probe tandem|stock APP_ID BOOTSTRAP TOPIC REPORT_FILE
+    python -m tests.faust_probe tandem|stock APP_ID BOOTSTRAP TOPIC REPORT_FILE
 
-Group settings come from ``app.broker.FAST_GROUP_SETTINGS`` (the embedded
+Group settings come from ``tables.testing.FAST_GROUP_SETTINGS`` (the embedded
 broker holds every JoinGroup for half the session timeout).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import faust
 
-from app.broker import FAST_GROUP_SETTINGS
+from tables.testing import FAST_GROUP_SETTINGS
 from assignor.faust_adapter import TandemAssignor, declare_join, install
 
 

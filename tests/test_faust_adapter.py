@@ -29,7 +29,7 @@ from assignor.faust_adapter import (
     install,
     tandem,
 )
-from assignor.faust_consumer import TandemConsumer
+from assignor.faust_internals import TandemConsumer
 from assignor.faust_scenario import (
     CopartitionError,
     Join,
@@ -130,9 +130,30 @@ def test_a_stock_app_is_refused() -> None:
 def test_install_offers_tandem_first_then_stock() -> None:
     app = make_app()
     assignor = install(app, local_offsets=lambda: {CHANGELOG: {1: 5}})
-    assert app.transport.Consumer is TandemConsumer
+    assert issubclass(app.transport.Consumer, TandemConsumer)
     assert [p.name for p in assignor.protocols()] == ["tandem", "faust"]
     assert assignor.subscription().local_offsets == {CHANGELOG: {1: 5}}
+
+
+def test_local_offsets_of_the_wrong_shape_are_refused_at_install() -> None:
+    """{partition: offset} (what a single state's local_offsets() returns) used to be taken
+    silently and then ignored at every JoinGroup: no warm placement after a restart."""
+    app = make_app()
+    with pytest.raises(TypeError, match="changelog topic -> partition -> offset"):
+        install(app, local_offsets=lambda: {0: 5, 1: 7})
+    with pytest.raises(TypeError, match="changelog topic -> partition -> offset"):
+        install(app, local_offsets=lambda: [(CHANGELOG, 0, 5)])
+
+
+def test_the_routing_error_names_the_function_where_it_lives() -> None:
+    from assignor import faust_routing
+    from assignor.faust_routing import RoutingUnavailable
+
+    app = make_app()
+    assignor = install(app)
+    with pytest.raises(RoutingUnavailable, match="assignor.faust_routing.fetch_routing") as caught:
+        assignor._owner_url(TP("elsewhere", 0))
+    assert "fetch_routing" in dir(faust_routing) and "faust_adapter.fetch_routing" not in str(caught.value)
 
 
 # ---------------------------------------------------------------- pure translation
@@ -161,9 +182,7 @@ def test_scenario_members_host_the_changelog_of_joins_they_consume() -> None:
     scenario = build_scenario(members, counts, groups, {CHANGELOG}, 1, joins)
     assert scenario["members"]["a"]["topics"] == sorted([IMP, CLK, CHANGELOG])
     assert scenario["members"]["a"]["epoch"] == 3 and scenario["members"]["a"]["rack"] == "r1"
-    assert (
-        scenario["members"]["b"]["topics"] == ["audit"] and "host" not in scenario["members"]["b"]
-    )
+    assert scenario["members"]["b"]["topics"] == ["audit"] and "host" not in scenario["members"]["b"]
     assert scenario["copartition_groups"] == [sorted([IMP, CLK, CHANGELOG])]
     assert scenario["changelog_topics"] == [CHANGELOG]
 
@@ -239,7 +258,7 @@ def test_a_restarted_worker_is_recognised_by_its_local_state() -> None:
     held = members["m2"].actives()[CHANGELOG]
     # m2 restarts: epoch 0, no previous assignment, but its RocksDB state is on disk.
     restarted = tandem(make_app(7002))
-    restarted.local_offsets = lambda: {CHANGELOG: {p: 1000 for p in held}}
+    restarted.local_offsets = [lambda: {CHANGELOG: {p: 1000 for p in held}}]
     assert restarted.subscription().epoch == 0 and not restarted.subscription().previous_active
     members["m2"] = restarted
     del members["m1"]  # and m1 is gone meanwhile: m2 takes everything
@@ -303,9 +322,7 @@ def test_mixed_group_uses_stock_faust_placement() -> None:
     ours.stock.on_assignment(out["tandem"])
     info = ours.last_rebalance
     assert info is not None and info.protocol == "faust"
-    assert ours.subscription().previous_active == {
-        t: sorted(p) for t, p in out["tandem"].assignment
-    }
+    assert ours.subscription().previous_active == {t: sorted(p) for t, p in out["tandem"].assignment}
 
 
 def test_all_tandem_under_the_faust_name_plans_with_tandem() -> None:

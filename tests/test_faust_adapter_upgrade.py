@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from app.broker import EmbeddedBroker, create_topics, free_port
+from tables.testing import EmbeddedBroker, create_topics, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.timeout(90)]
 
 
 class Probe:
-    """One `python -m assignor.faust_probe` worker process."""
+    """One `python -m tests.faust_probe` worker process."""
 
     def __init__(self, mode: str, name: str, run_dir: Path, **env: str) -> None:
         self.mode, self.name, self.run_dir, self.env = mode, name, run_dir, env
@@ -43,7 +43,7 @@ class Probe:
                 [
                     sys.executable,
                     "-m",
-                    "assignor.faust_probe",
+                    "tests.faust_probe",
                     self.mode,
                     app_id,
                     bootstrap,
@@ -100,9 +100,7 @@ def probes(*workers: Probe) -> Iterator[tuple[Probe, ...]]:
 
 
 def _logs(*workers: Probe) -> str:
-    return "\n".join(
-        f"--- {w.name}\n{w.log.read_text()[-3000:]}" for w in workers if w.log.exists()
-    )
+    return "\n".join(f"--- {w.name}\n{w.log.read_text()[-3000:]}" for w in workers if w.log.exists())
 
 
 def test_stock_and_tandem_share_a_group_then_it_switches_to_tandem(
@@ -130,9 +128,7 @@ def test_stock_and_tandem_share_a_group_then_it_switches_to_tandem(
 
         def switched() -> bool:
             state = ours.state() or {}
-            return state.get("planned_by") == "tandem" and ours.partitions() == list(
-                range(PARTITIONS)
-            )
+            return state.get("planned_by") == "tandem" and ours.partitions() == list(range(PARTITIONS))
 
         assert wait_for(switched, 30), _logs(ours)
         assert "Traceback" not in ours.log.read_text()

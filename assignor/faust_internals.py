@@ -1,0 +1,416 @@
+"""Every use of private Faust and aiokafka internals, in one place.
+
+Tandem needs a few things neither library exposes. They are written for the
+versions pinned in `PINNED` (and in pyproject.toml); `check()` runs when Tandem is
+installed into an app and refuses to start, naming what is missing, if the
+installed versions differ or an internal it relies on is gone.
+
+- `TandemConsumer`: Faust's aiokafka consumer, which
+  - offers the assignor's protocols in preference order (Faust offers one);
+  - sets the fetch wait (Faust hard-codes 1500 ms), and can read end offsets for
+    Faust's table recovery from fetch responses (the embedded broker's ListOffsets is short);
+  - runs start-up checks (joins' partition counts) before joining the group;
+  - hands the records of join inputs to a `RecordTaker` (the join runtime) in whole
+    fetches, instead of building a Faust Event and a Stream step per record, and
+    commits their offsets as the taker says (only what was joined and acknowledged);
+  - lets the taker finish its in-flight work before a revocation commits.
+- `install_group_join()`: one JoinGroup offering every protocol (aiokafka 0.14 sends
+  one JoinGroup per assignor).
+- `delay_follower_sync()`: a follower's SyncGroup after the leader's (the embedded
+  broker answers an early follower a second late).
+- `set_current_partition()`: makes Faust tables, updated outside an agent, write to a
+  given partition (Faust reads the partition from the current event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+import aiokafka
+import aiokafka.errors as errors
+import faust.streams
+from aiokafka.client import AIOKafkaClient
+from aiokafka.consumer import group_coordinator as gc
+from aiokafka.protocol.group import JoinGroupRequest
+from faust.events import Event
+from faust.exceptions import ImproperlyConfigured
+from faust.transport.consumer import Consumer as FaustConsumer
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer, server_list
+from faust.types import TP, AppT
+from faust.types.tuples import Message
+
+log = logging.getLogger(__name__)
+
+PINNED = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
+
+
+class IncompatibleInternals(ImproperlyConfigured):
+    """The installed Faust or aiokafka lacks an internal Tandem relies on."""
+
+
+# (owner, attribute) pairs Tandem reads, overrides or patches.
+_INTERNALS: list[tuple[Any, str]] = [
+    (FaustConsumer, "_wait_next_records"),
+    (Consumer, "_getmany"),
+    (FaustConsumer, "_new_offset"),
+    (FaustConsumer, "_filter_tps_with_pending_acks"),
+    (FaustConsumer, "wait_empty"),
+    (AIOKafkaConsumerThread, "_create_worker_consumer"),
+    (AIOKafkaConsumerThread, "_highwaters"),
+    (gc.CoordinatorGroupRebalance, "perform_group_join"),
+    (gc.CoordinatorGroupRebalance, "_on_join_follower"),
+    (gc.CoordinatorGroupRebalance, "_on_join_leader"),
+    (faust.streams, "_current_event"),
+]
+
+
+def check() -> None:
+    """Refuse to run on Faust/aiokafka versions whose internals Tandem was not written for."""
+    problems = []
+    for package, wanted in PINNED.items():
+        found = importlib.metadata.version(package)
+        if found != wanted:
+            problems.append(f"{package} {found} is installed, Tandem's patches are written for {wanted}")
+    for owner, name in _INTERNALS:
+        if not hasattr(owner, name):
+            problems.append(f"{getattr(owner, '__name__', owner)}.{name} is missing")
+    if problems:
+        raise IncompatibleInternals(
+            "Tandem cannot start: " + "; ".join(problems) + f". Install {PINNED} (see pyproject.toml)."
+        )
+
+
+# -- the consumer ------------------------------------------------------------------
+
+
+class RecordTaker(Protocol):
+    """What the consumer asks of the join runtime (tables/runtime.py)."""
+
+    def takes(self, topic: str) -> bool:
+        """Whether records of `topic` go to the taker instead of Faust's streams."""
+        ...
+
+    async def take(self, records: dict[TP, list[Any]]) -> None:
+        """Take a fetch's records of the taker's topics (aiokafka ConsumerRecords)."""
+        ...
+
+    def held_back(self) -> set[TP]:
+        """Partitions not to fetch now (their state is being restored)."""
+        ...
+
+    def commit_offset(self, tp: TP) -> int | None:
+        """The offset to commit for a taken partition: everything before it is done."""
+        ...
+
+    def progressed(self) -> Iterable[TP]:
+        """Taken partitions with something new to commit."""
+        ...
+
+    async def quiesce(self) -> None:
+        """Finish or drop in-flight work before Faust commits for a revocation or a stop."""
+        ...
+
+
+_takers: weakref.WeakKeyDictionary[Any, RecordTaker] = weakref.WeakKeyDictionary()
+_start_checks: weakref.WeakKeyDictionary[Any, list[StartCheck]] = weakref.WeakKeyDictionary()
+StartCheck = Callable[[list[str]], Awaitable[None]]
+
+
+def set_record_taker(app: AppT, taker: RecordTaker) -> None:
+    _takers[app] = taker
+
+
+def add_start_check(app: AppT, check_: StartCheck) -> None:
+    """Run `check_(bootstrap_servers)` before the worker joins its group; it raises to stop it."""
+    _start_checks.setdefault(app, []).append(check_)
+
+
+class TandemConsumerThread(AIOKafkaConsumerThread):
+    fetch_max_wait_ms: int | None = None
+    fetch_high_watermarks = False  # the broker's ListOffsets is short (the embedded one)
+
+    async def on_start(self) -> None:
+        servers = server_list(self.transport.url, self.transport.default_port)
+        for start_check in _start_checks.get(self.app, []):
+            await start_check(servers)
+        await super().on_start()
+
+    def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        protocols = getattr(self.app.assignor, "protocols", None)
+        if protocols is not None:
+            # aiokafka reads this list when it creates its group coordinator, in start().
+            consumer._partition_assignment_strategy = tuple(protocols())
+        if self.fetch_max_wait_ms is not None:
+            consumer._fetch_max_wait_ms = self.fetch_max_wait_ms  # read by the fetcher in start()
+        return consumer
+
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        """End offsets for Faust's table recovery: from fetch responses, where the broker's
+        ListOffsets answers short (Faust then stops with ConsistencyError)."""
+        if not self.fetch_high_watermarks:
+            return await super()._highwaters(partitions)  # type: ignore[no-any-return]
+        servers = server_list(self.transport.url, self.transport.default_port)
+        return await fetched_high_watermarks(servers, list(partitions))
+
+
+async def fetched_high_watermarks(
+    bootstrap: list[str], tps: list[TP], timeout_s: float = 30.0
+) -> dict[TP, int]:
+    """Each partition's high watermark as a fetch response reports it (correct on every broker)."""
+    probe = aiokafka.AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False
+    )
+    await probe.start()
+    try:
+        wanted = [aiokafka.TopicPartition(tp.topic, tp.partition) for tp in tps]
+        probe.assign(wanted)
+        ends = await probe.end_offsets(wanted)  # short by up to a batch: read its last batch
+        for tp in wanted:
+            probe.seek(tp, max(0, int(ends[tp]) - 1))
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            marks = {tp: probe.highwater(tp) for tp in wanted}
+            if None not in marks.values():
+                return {TP(tp.topic, tp.partition): int(mark) for tp, mark in marks.items()}  # type: ignore[arg-type]
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"no high watermark for {[tp for tp, m in marks.items() if m is None]}")
+            await probe.getmany(timeout_ms=200, max_records=1)
+    finally:
+        await probe.stop()
+
+
+class TandemConsumer(Consumer):
+    """Faust's consumer with the join runtime's records taken out of its fetches."""
+
+    # While a partition is held back, fetch waits are kept short, so it is fetched soon
+    # after it is released (a fetch otherwise waits up to a second for other partitions).
+    HELD_BACK_FETCH_S = 0.05
+    fetch_max_wait_ms: int | None = None
+    fetch_high_watermarks = False
+
+    def _new_consumer_thread(self) -> TandemConsumerThread:
+        thread = TandemConsumerThread(self, loop=self.loop, beacon=self.beacon)
+        thread.fetch_max_wait_ms = self.fetch_max_wait_ms
+        thread.fetch_high_watermarks = self.fetch_high_watermarks
+        return thread
+
+    @property
+    def _taker(self) -> RecordTaker | None:
+        return _takers.get(self.app)
+
+    async def _wait_next_records(self, timeout: float) -> tuple[Any, Any]:
+        taker = self._taker
+        if taker is None:
+            return await super()._wait_next_records(timeout)
+        if taker.held_back():
+            timeout = min(timeout, self.HELD_BACK_FETCH_S)
+        generation = self.app.consumer_generation_id
+        records, active = await super()._wait_next_records(timeout)
+        if records:
+            taken = {tp: records.pop(tp) for tp in list(records) if taker.takes(tp.topic)}
+            # Fetched before a rebalance began: Faust seeks back to the committed offsets.
+            if taken and self.flow_active and generation == self.app.consumer_generation_id:
+                await taker.take(taken)
+        return records, active
+
+    async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
+        # Faust's own set of active partitions is mutated in place by its pause/resume:
+        # held-back partitions are left out of a copy, for this fetch only.
+        taker = self._taker
+        held = taker.held_back() if taker is not None else None
+        if held and active_partitions is not None:
+            active_partitions = active_partitions - held
+            if not active_partitions:
+                await asyncio.sleep(min(timeout, self.HELD_BACK_FETCH_S))
+                return {}
+        return await super()._getmany(active_partitions, timeout)
+
+    def _new_offset(self, tp: TP) -> int | None:
+        taker = self._taker
+        if taker is not None and taker.takes(tp.topic):
+            return taker.commit_offset(tp)
+        return super()._new_offset(tp)  # type: ignore[no-any-return]
+
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterable[TP]:
+        yield from super()._filter_tps_with_pending_acks(topics)
+        taker = self._taker
+        if taker is not None:
+            for tp in taker.progressed():
+                if topics is None or tp in topics or tp.topic in topics:
+                    yield tp
+
+    async def wait_empty(self) -> None:
+        taker = self._taker
+        if taker is not None:
+            await taker.quiesce()
+        await super().wait_empty()
+
+
+async def broker_partition_counts(bootstrap: list[str], topics: set[str]) -> dict[str, int]:
+    """Partition counts of the topics that exist on the broker (missing ones are left out)."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    try:
+        await client.bootstrap()
+        cluster = await client.fetch_all_metadata()
+    finally:
+        await client.close()
+    counts = {t: len(cluster.partitions_for_topic(t) or ()) for t in topics}
+    return {t: n for t, n in counts.items() if n}
+
+
+def install_consumer(
+    app: AppT, fetch_max_wait_ms: int | None = None, fetch_high_watermarks: bool = False
+) -> None:
+    """Make `app` build its consumer as a TandemConsumer (this app's transport only)."""
+    transport = app.transport
+    if not issubclass(transport.Consumer, Consumer):
+        raise ImproperlyConfigured(f"Tandem needs Faust's aiokafka transport, not {type(transport).__name__}")
+    if app.conf.producer_threaded:
+        raise ImproperlyConfigured("Tandem needs producer_threaded=False (it produces on the app's loop)")
+    base = transport.Consumer if issubclass(transport.Consumer, TandemConsumer) else TandemConsumer
+    settings = {"fetch_max_wait_ms": fetch_max_wait_ms, "fetch_high_watermarks": fetch_high_watermarks}
+    transport.Consumer = type("TandemConsumer", (base,), settings)
+
+
+def producer_of(app: AppT) -> aiokafka.AIOKafkaProducer:
+    """The aiokafka producer inside Faust's producer (started with the app)."""
+    return app.producer._ensure_producer()  # type: ignore[attr-defined, no-any-return]
+
+
+def set_current_partition(app: AppT, topic: str, partition: int) -> Event:
+    """Make Faust tables updated from here on, in this task, write to `partition`, as if
+    an event of `topic` partition `partition` were being processed."""
+    message = Message(topic, partition, -1, 0.0, 0, None, None, None, None, tp=TP(topic, partition))
+    event = Event(app, None, None, None, message)
+    faust.streams._current_event.set(weakref.ref(event))
+    return event  # the caller keeps it alive: Faust holds a weak reference
+
+
+# -- group membership ---------------------------------------------------------------
+
+_ORIGINAL_JOIN = gc.CoordinatorGroupRebalance.perform_group_join
+_FATAL = (
+    errors.InconsistentGroupProtocolError,
+    errors.InvalidSessionTimeoutError,
+    errors.InvalidGroupIdError,
+)
+
+
+def install_group_join() -> None:
+    """Idempotent: one JoinGroup offering every protocol (only multi-protocol consumers change).
+
+    aiokafka sends its JoinGroup inside the loop over the consumer's assignors, so a
+    consumer offering ``[tandem, faust]`` first joins offering only ``tandem``: that can
+    settle the group on a protocol a stock Faust worker does not speak (the broker then
+    rejects it with InconsistentGroupProtocol), and every rebalance costs two joins."""
+    gc.CoordinatorGroupRebalance.perform_group_join = _perform_group_join  # type: ignore[method-assign]
+
+
+async def _perform_group_join(self: Any) -> tuple[str, bytes] | None:
+    if len(self._assignors) < 2:
+        return await _ORIGINAL_JOIN(self)  # type: ignore[no-any-return]
+    protocols = [(a.name, _encoded(a.metadata(self._subscription.topics))) for a in self._assignors]
+    response = await _join(self, protocols)
+    if response is None:
+        return None
+    error_type = errors.for_code(response.error_code)
+    if error_type is errors.NoError:
+        return await _on_joined(self, response)
+    await _on_join_error(self, error_type)
+    return None
+
+
+def _encoded(metadata: Any) -> bytes:
+    return metadata if isinstance(metadata, bytes) else metadata.encode()
+
+
+async def _join(self: Any, protocols: list[tuple[str, bytes]]) -> Any:
+    """JoinGroup once (twice when the broker asks for a member id, KIP-394)."""
+    coordinator = self._coordinator
+    while True:
+        request = JoinGroupRequest(
+            self.group_id,
+            self._session_timeout_ms,
+            self._rebalance_timeout_ms,
+            coordinator.member_id,
+            coordinator._group_instance_id,
+            gc.ConsumerProtocol.PROTOCOL_TYPE,
+            protocols,
+        )
+        try:
+            response = await coordinator._send_req(request)
+        except errors.KafkaError:
+            return None  # connection error: the coordinator lookup backs off
+        if not self._subscription.active:
+            return None  # subscription changed: restart the join
+        if errors.for_code(response.error_code) is not errors.MemberIdRequired:
+            return response
+        coordinator.member_id = response.member_id
+
+
+async def _on_joined(self: Any, response: Any) -> tuple[str, bytes] | None:
+    coordinator = self._coordinator
+    coordinator.member_id = response.member_id
+    coordinator.generation = response.generation_id
+    log.info(
+        "Joined group %r (generation %s) with member_id %s, protocol %s",
+        self.group_id,
+        response.generation_id,
+        response.member_id,
+        response.group_protocol,
+    )
+    if response.leader_id == response.member_id:
+        assignment = await self._on_join_leader(response)
+    else:
+        assignment = await self._on_join_follower()
+    return None if assignment is None else (response.group_protocol, assignment)
+
+
+async def _on_join_error(self: Any, error_type: type[Exception]) -> None:
+    coordinator = self._coordinator
+    if error_type is errors.GroupLoadInProgressError:
+        await asyncio.sleep(self._retry_backoff_ms / 1000)
+    elif error_type is errors.UnknownMemberIdError:
+        coordinator.reset_generation()
+    elif error_type in (errors.GroupCoordinatorNotAvailableError, errors.NotCoordinatorForGroupError):
+        coordinator.coordinator_dead()
+    elif error_type in _FATAL:
+        log.error("Attempt to join group failed due to fatal error: %s", error_type())
+        raise error_type()
+    elif error_type is errors.GroupAuthorizationFailedError:
+        raise error_type(self.group_id)
+    else:
+        raise errors.KafkaError(repr(error_type()))
+
+
+def delay_follower_sync(seconds: float) -> None:
+    """Send a follower's SyncGroup `seconds` after its JoinGroup answer, so that it reaches
+    the embedded broker after the leader's (once per process; it has one group consumer)."""
+    original = gc.CoordinatorGroupRebalance._on_join_follower
+    if getattr(original, "tandem_delay", None) is not None or seconds <= 0:
+        return
+
+    async def on_join_follower(self: Any) -> Any:
+        await asyncio.sleep(seconds)
+        return await original(self)
+
+    on_join_follower.tandem_delay = seconds  # type: ignore[attr-defined]
+    gc.CoordinatorGroupRebalance._on_join_follower = on_join_follower  # type: ignore[method-assign]
+
+
+def committed_offsets(app: AppT) -> Mapping[TP, int | None]:
+    """Faust's record of the offsets this consumer committed (or started from)."""
+    return getattr(app.consumer, "_committed_offset", {})
+
+
+def wake_wait_empty(app: AppT) -> None:
+    """Faust's wait_empty rechecks when an ack wakes it, else after a second: wake it now."""
+    from mode.utils.futures import notify
+
+    notify(app.consumer._waiting_for_ack)  # type: ignore[attr-defined]
