@@ -1,8 +1,8 @@
-"""The reference ad join app: `faust -A app worker`.
+"""The reference ad join app: `faust -A app worker` (run from the repository's root).
 
-`app.app` is the Faust App, built from the environment (app/settings.py) on
-first access: Faust's `-A app` reads that attribute, while importing a
-submodule (`app.broker`, the embedded broker launcher) builds nothing.
+`app.app` is the Faust App, built from the environment (app/settings.py) on first
+access: Faust's `-A app` reads that attribute, while importing a submodule
+(`app.traffic`, `app.demo`) builds nothing.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "app":
+        from app.join import build
         from app.settings import from_env
-        from app.worker import build
 
         built = build(from_env())
         globals()["app"] = built  # once per process

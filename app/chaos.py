@@ -35,10 +35,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from app.broker import EmbeddedBroker, high_watermarks
 from app.cluster import REPO, WorkerProcess, covered, wait_for
 from app.settings import Settings, from_env
 from app.topics import create_topics
+from tables.testing import EmbeddedBroker, high_watermarks
 
 DAY_MS = 24 * 3600 * 1000
 

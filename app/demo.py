@@ -21,11 +21,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from app.broker import EmbeddedBroker
 from app.cluster import WorkerProcess, covered, views
 from app.settings import Settings, from_env
 from app.topics import create_topics
 from app.traffic import Traffic, run_traffic
+from tables.testing import EmbeddedBroker
 
 PARTITIONS = 6
 LABELS = [

@@ -1,7 +1,9 @@
-"""The worker's settings, read from the environment (one process = one worker).
+"""The reference app's settings, read from the environment (one process = one worker).
 
-Defaults suit real Kafka on localhost; the demo and the tests set the fast
-group timings the embedded broker needs (docs/embedded-broker.md).
+Defaults suit real Kafka on localhost; the demo and the tests set the fast group
+timings the embedded broker needs (docs/embedded-broker.md). Tandem's own settings
+(standby replicas, host, rack, fetch wait, ...) are read by Tandem from the same
+environment (`TANDEM_*`, docs/operations.md).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ def _int(name: str, default: int) -> int:
     return int(_env(name, str(default)))
 
 
+JOIN_NAME = "ad-join"
+
+
 @dataclass(frozen=True)
 class Settings:
     broker: str
@@ -31,19 +36,12 @@ class Settings:
     standby_replicas: int
     worker: str
     host: str
-    rack: str
     partitions: int
     replication_factor: int
     session_timeout_ms: int
     heartbeat_ms: int
     request_timeout_ms: int
-    fetch_max_wait_ms: int
-    follower_sync_delay_ms: int
     topic_prefix: str
-    assignor: str
-    state: str
-    align_max_wait_ms: int = 2000
-    align_max_held: int = 50_000
 
     @property
     def impressions(self) -> str:
@@ -59,16 +57,17 @@ class Settings:
 
     @property
     def dead_letters(self) -> str:
-        return f"{self.topic_prefix}ad-dead-letters"
+        """The join's dead-letter topic (named by Tandem after the app id and the join)."""
+        return f"{self.app_id}-{JOIN_NAME}-dead-letters"
 
     @property
     def changelog(self) -> str:
-        # Per app id like Faust's own changelogs: a fresh app id starts fresh state.
-        return f"{self.app_id}-join-state-changelog"
+        """The join state's changelog (named by Tandem; a fresh app id starts fresh state)."""
+        return f"{self.app_id}-{JOIN_NAME}-changelog"
 
     def topics(self) -> list[str]:
-        """Every topic the join needs, all created with the same partition count."""
-        return [self.impressions, self.clicks, self.joins, self.dead_letters, self.changelog]
+        """The topics the app's producers and readers use, all with one partition count."""
+        return [self.impressions, self.clicks, self.joins]
 
 
 def from_env() -> Settings:
@@ -87,23 +86,21 @@ def from_env() -> Settings:
         standby_replicas=_int("TANDEM_STANDBY_REPLICAS", 1),
         worker=_env("TANDEM_WORKER", host),
         host=host,
-        rack=_env("TANDEM_RACK", "default"),
         partitions=_int("TANDEM_PARTITIONS", 6),
         replication_factor=_int("TANDEM_REPLICATION_FACTOR", 1),
         session_timeout_ms=_int("TANDEM_SESSION_TIMEOUT_MS", 10000),
         heartbeat_ms=_int("TANDEM_HEARTBEAT_MS", 1000),
         request_timeout_ms=_int("TANDEM_REQUEST_TIMEOUT_MS", 30000),
-        # Faust's own value; the embedded broker needs a short one (docs/embedded-broker.md).
-        fetch_max_wait_ms=_int("TANDEM_FETCH_MAX_WAIT_MS", 1500),
-        # 0 on Kafka; on the embedded broker, a follower that syncs before the leader
-        # waits a whole second (docs/embedded-broker.md).
-        follower_sync_delay_ms=_int("TANDEM_FOLLOWER_SYNC_DELAY_MS", 0),
         topic_prefix=_env("TANDEM_TOPIC_PREFIX", ""),
-        assignor=_env("TANDEM_ASSIGNOR", "tandem"),
-        # "tables" (RocksDB, tables/) or "interim" (in-memory + files, app/state.py).
-        state=_env("TANDEM_STATE", "tables"),
-        # Event-time alignment of the two inputs (app/alignment.py): how long an input
-        # that delivers nothing may hold the other back, and how many records at most.
-        align_max_wait_ms=_int("TANDEM_ALIGN_MAX_WAIT_MS", 2000),
-        align_max_held=_int("TANDEM_ALIGN_MAX_HELD", 50_000),
     )
+
+
+async def create_topics(bootstrap: str, settings: Settings) -> list[str]:
+    """Create the app's topics up front with one partition count (co-partitioning);
+    Tandem creates the join's own changelog and dead-letter topic when a worker starts."""
+    from tables.producing import create_topics as create
+
+    await create(
+        bootstrap, dict.fromkeys(settings.topics(), settings.partitions), None, settings.replication_factor
+    )
+    return settings.topics()

@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from app.broker import FAST_GROUP_SETTINGS, EmbeddedBroker, high_watermarks  # noqa: E402
+from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker, high_watermarks  # noqa: E402
 from app.cluster import WorkerProcess, covered, views  # noqa: E402
 from app.demo import Outputs, wait_until  # noqa: E402
 from app.settings import from_env  # noqa: E402

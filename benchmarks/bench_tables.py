@@ -36,12 +36,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rocksdict import Options, Rdict
 
-from app.broker import EmbeddedBroker
+from tables.testing import EmbeddedBroker
 from tables.changelog import JoinTables, caught_up, create_changelog_topic, send_records
-from tables.join import JoinType, JoinWindow, WindowedJoin
+from tables.operator import JoinType, JoinWindow, WindowedJoin
 from tables.keys import POINT_ONLY, record_key
 from tables.kv import Overlay
-from tables.records import Rejected, validate
+from pipeline.records import Rejected, validate
 from tables.store import PartitionStore
 
 BASE_TS = 1_700_000_000_000

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from app.broker import EmbeddedBroker
+from tables.testing import EmbeddedBroker
 from app.cluster import WorkerProcess
 from app.settings import Settings, from_env
 from app.topics import create_topics

@@ -24,8 +24,8 @@ from faust.web import Request, Response, View
 
 from app.settings import from_env
 from app.worker import _faust_settings, _tune_consumer
-from tables.join import JoinWindow, output_record
-from tables.records import Rejected, Side, validate
+from tables.operator import JoinWindow, output_record
+from pipeline.records import Rejected, Side, validate
 
 settings = from_env()
 app = faust.App(settings.app_id, **_faust_settings(settings), store="rocksdb://")

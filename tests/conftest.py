@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.broker import EmbeddedBroker
+from tables.testing import EmbeddedBroker
 
 
 @pytest.fixture(scope="session")

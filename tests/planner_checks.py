@@ -30,9 +30,7 @@ def capacity(scn: dict[str, Any], member: str) -> Fraction:
 
 
 def owner_of(assignment: dict[str, Any], topic: str, partition: int) -> list[str]:
-    return [
-        m for m, d in assignment["members"].items() if partition in d.get("active", {}).get(topic, [])
-    ]
+    return [m for m, d in assignment["members"].items() if partition in d.get("active", {}).get(topic, [])]
 
 
 def task_owner(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[Task, str]:
@@ -86,9 +84,7 @@ def is_balanced(scn: dict[str, Any], owners: dict[Task, str]) -> bool:
     """floor(q) <= count <= ceil(q) per group and in total (uniform subscriptions)."""
     quotas, totals = quota_bounds(scn)
     per_group, total = counts(owners)
-    ok_groups = all(
-        math.floor(q) <= per_group.get(k, 0) <= math.ceil(q) for k, q in quotas.items()
-    )
+    ok_groups = all(math.floor(q) <= per_group.get(k, 0) <= math.ceil(q) for k, q in quotas.items())
     ok_total = all(math.floor(q) <= total.get(m, 0) <= math.ceil(q) for m, q in totals.items())
     return ok_groups and ok_total
 
@@ -169,9 +165,7 @@ def check_standbys(scn: dict[str, Any], assignment: dict[str, Any], owners: dict
                 continue
             active = owners[gi, p]
             sets = [
-                frozenset(
-                    m for m, d in assignment["members"].items() if p in d.get("standby", {}).get(t, [])
-                )
+                frozenset(m for m, d in assignment["members"].items() if p in d.get("standby", {}).get(t, []))
                 for t in group_logs
                 if p < scn["topics"][t]
             ]

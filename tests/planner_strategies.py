@@ -65,8 +65,9 @@ def _partitions(draw: st.DrawFn, topics: dict[str, int]) -> dict[str, list[int]]
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats() | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
     max_leaves=25,
 )
 

@@ -48,15 +48,11 @@ def busy_traffic() -> Path:
     return out
 
 
-
-
 async def produce_values(
     bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]], batched: bool = True
 ) -> None:
     """Produce (key, value) pairs in order; `batched` lets several records share a batch."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=20 if batched else 0, acks=1
-    )
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20 if batched else 0, acks=1)
     await producer.start()
     try:
         futures = [await producer.send(topic, value, key=key) for key, value in records]

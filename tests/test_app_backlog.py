@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from app.broker import EmbeddedBroker, high_watermarks
+from tables.testing import EmbeddedBroker, high_watermarks
 from app.cluster import WorkerProcess
 from app.settings import Settings, from_env
 from app.topics import create_topics

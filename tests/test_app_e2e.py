@@ -10,22 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from app.broker import EmbeddedBroker
-from app.cluster import WorkerProcess, wait_for
+from app.cluster import WorkerProcess, join_view, wait_for
+from tables.testing import EmbeddedBroker
 from tests.workers import PARTITIONS, cluster
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(150)]
 
 
 def _views(workers: list[WorkerProcess]) -> dict[str, dict]:
+    """Each worker's whole view, with its ad join's fields at the top level."""
     views = {w.name: w.view() for w in workers}
     assert all(v is not None for v in views.values()), views
-    return views  # type: ignore[return-value]
+    return {name: {**v, **join_view(v)} for name, v in views.items()}  # type: ignore[dict-item]
 
 
-def test_copartitioned_on_the_wire_and_the_view(
-    broker: EmbeddedBroker, unique: str, tmp_path: Path
-) -> None:
+def test_copartitioned_on_the_wire_and_the_view(broker: EmbeddedBroker, unique: str, tmp_path: Path) -> None:
     with cluster(broker, unique, tmp_path) as c:
         workers = [
             c.worker("w1", "host-a").start(),
@@ -43,28 +42,30 @@ def test_copartitioned_on_the_wire_and_the_view(
             # The changelog partitions a worker holds are its actives and standbys, by number.
             assert not set(view["standbys"]) & set(view["actives"])
             assert len(view["standbys"]) >= 1  # standby replicas 1
-            if view["assignor"] == "tandem":
-                # The planner places changelog partition p with input partition p.
-                assignment = view["assignment"]
-                assert assignment["active"][s.changelog] == view["actives"]
-                assert assignment["standby"].get(s.changelog, []) == view["standbys"]
+            # The planner places changelog partition p with input partition p, and the
+            # click-through table's changelog with them too.
+            assignment = view["assignment"]
+            assert assignment["active"][s.changelog] == view["actives"]
+            assert assignment["standby"].get(s.changelog, []) == view["standbys"]
+            table = f"{s.app_id}-click-throughs-changelog"
+            assert assignment["active"][table] == view["actives"]
+            assert assignment["standby"].get(table, []) == view["standbys"]
             actives += view["actives"]
         assert sorted(actives) == list(range(PARTITIONS))
         html = workers[0].html()
-        assert "<table>" in html and "moved warm" in html and "w1" in html
+        assert "<table>" in html and "moved warm" in html and "w1" in html and "ad-join" in html
 
 
-@pytest.mark.parametrize("state", ["tables", "interim"])
 def test_sigkill_survivors_take_over_and_nothing_is_lost(
-    broker: EmbeddedBroker, unique: str, tmp_path: Path, state: str
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
 ) -> None:
     with cluster(broker, unique, tmp_path) as c:
-        workers = [c.worker(f"w{i}", f"host-{i % 2}", state=state).start() for i in range(3)]
+        workers = [c.worker(f"w{i}", f"host-{i % 2}").start() for i in range(3)]
         c.wait_covered()
         traffic = c.traffic(unique)
         c.send(traffic, 300)
-        victim = max(workers, key=lambda w: len(w.view()["actives"]))  # type: ignore[index]
-        lost = set(victim.view()["actives"])  # type: ignore[index]
+        victim = max(workers, key=lambda w: len(w.join()["actives"]))  # type: ignore[index]
+        lost = set(victim.join()["actives"])  # type: ignore[index]
         victim.kill()
         c.send(traffic, 300)  # keeps flowing while the group notices the death
         c.wait_covered(timeout=45)
@@ -83,12 +84,18 @@ def test_sigkill_survivors_take_over_and_nothing_is_lost(
         join_ids = c.joins(traffic.expected)
         assert traffic.expected <= join_ids, f"missing {len(traffic.expected - join_ids)}"
         assert join_ids <= traffic.expected  # no wrong result
+
         def where(letters: list[dict]) -> set[tuple[int, int]]:
             return {(d["partition"], d["offset"]) for d in letters}
 
         letters = c.read(c.settings.dead_letters, lambda rs: len(where(rs)) >= traffic.bad, 15)
         assert len(where(letters)) == traffic.bad
         assert all(d["reason"].startswith("malformed JSON") for d in letters)
+        assert all(d["category"] == "undecodable" and d["join"] == "ad-join" for d in letters)
+        # The click-through table counted every joined click once over the survivors'
+        # partitions: the victim's table partitions came back from their changelog.
+        clicks = sum(sum((w.get("/ad/click-throughs") or {}).values()) for w in c.live())
+        assert clicks == len(traffic.expected), clicks
 
 
 def test_restarted_worker_gets_partitions_back_from_local_state(
@@ -106,9 +113,9 @@ def test_restarted_worker_gets_partitions_back_from_local_state(
         c.wait_covered(timeout=45)
         c.send(traffic, 100)
         restarted = c.worker("w1", "host-a", port=first.port).start()
-        assert wait_for(lambda: (restarted.view() or {}).get("actives"), 60)
+        assert wait_for(lambda: (restarted.join() or {}).get("actives"), 60)
         c.wait_covered(timeout=45)
-        rebalance = restarted.view()["last_rebalance"]  # type: ignore[index]
+        rebalance = restarted.join()["last_rebalance"]  # type: ignore[index]
         # Its files held every partition (active or standby before): all come back warm,
         # replaying only the tail it missed while down, not the whole changelog.
         assert rebalance["moved_warm"] and not rebalance["moved_cold"], rebalance

@@ -1,22 +1,23 @@
-"""The app's pieces without a broker: settings, the view, the traffic, the interim join."""
+"""The reference app's pieces without a broker: settings, traffic, its records' rules, the page."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
-from pathlib import Path
-from types import SimpleNamespace
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.interim_join import WindowedJoin
 from app.settings import from_env
-from app.state import PartitionState
 from app.traffic import Traffic
-from app.view import render_html
-from app.worker import _bootstrap, _delay_follower_sync, _tune_consumer
+from assignor import faust_internals
+from assignor.settings import TandemSettings
+from pipeline.records import Rejected, validate
+from tables.codecs import Accepted
+from tables.view import render_html
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,24 +26,13 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("TANDEM_HOST", "host-a")
     monkeypatch.setenv("TANDEM_RACK", "rack-2")
     monkeypatch.setenv("TANDEM_STANDBY_REPLICAS", "2")
-    settings = from_env()
-    assert (settings.app_id, settings.host, settings.rack) == ("ads", "host-a", "rack-2")
-    assert settings.standby_replicas == 2
-    assert settings.changelog == "ads-join-state-changelog"
-    assert _bootstrap(settings.broker) == "k1:9092,k2:9092"
-
-
-def test_interim_join_inner_dedup_and_late() -> None:
-    join = WindowedJoin(after=1000, grace=0)
-    imp = {"event_id": "i1", "auction_id": "a", "campaign_id": "c", "ts": 1000}
-    click = {"event_id": "k1", "auction_id": "a", "ts": 1500}
-    assert join.process("left", imp) == []
-    [result] = join.process("right", click)
-    assert result["join_id"] == "i1|k1" and result["ts"] == 1500 and result["kind"] == "inner"
-    assert join.process("right", click) == []  # duplicate event id
-    join.process("left", {**imp, "event_id": "i2", "auction_id": "b", "ts": 9000})
-    assert join.process("right", {**click, "event_id": "k2", "ts": 1900}) == []  # late
-    assert join.late == 1
+    monkeypatch.setenv("TANDEM_FETCH_MAX_WAIT_MS", "100")
+    app_settings, tandem = from_env(), TandemSettings.from_env()
+    assert (app_settings.app_id, app_settings.host, tandem.rack) == ("ads", "host-a", "rack-2")
+    assert app_settings.standby_replicas == 2 == tandem.standby_replicas
+    assert app_settings.changelog == "ads-ad-join-changelog"
+    assert app_settings.dead_letters == "ads-ad-join-dead-letters"
+    assert (tandem.fetch_max_wait_ms, tandem.follower_sync_delay_ms) == (100, 0)
 
 
 def test_traffic_expects_one_join_per_clicked_auction() -> None:
@@ -53,66 +43,99 @@ def test_traffic_expects_one_join_per_clicked_auction() -> None:
     assert traffic.bad == 10
 
 
-def test_html_view_renders_the_json_view() -> None:
+# -- the app's record rules agree with the batch side's (pipeline/records.py) ------------
+
+DAY = 24 * 3600 * 1000
+
+
+def _codecs() -> dict[str, object]:
+    import app.join
+    from app.settings import from_env
+    from tables.runtime import runtime_of
+
+    built = app.join.build(from_env())
+    return runtime_of(built).runners["ad-join"].codecs  # type: ignore[return-value]
+
+
+CODECS = _codecs()
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.sampled_from(["", "a", "é"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(["left", "right"]),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "event_id": _values,
+            "auction_id": _values,
+            "campaign_id": _values,
+            "ts": st.one_of(_values, st.sampled_from([0, -8 * DAY, -DAY, 2 * DAY, 2**63 + 1])),
+            "extra": _values,
+        },
+    ),
+    st.sampled_from([b"a", b"", b"\xc3\xa9", b"\xff"]),
+    st.sampled_from([None, b"{not json", b"[1]", b"x" * (70 * 1024)]),
+)
+def test_the_worker_rejects_exactly_what_the_batch_side_skips(
+    side: str, record: dict[str, object], key: bytes, raw: bytes | None
+) -> None:
+    """The stream (the app's Faust records plus its checks, through the join's codec) and the
+    Spark twin (pipeline.records.validate) must agree on every record, or reconcile would
+    report results the stream could never produce."""
+    now = int(time.time() * 1000)
+    if type(record.get("ts")) is int and abs(record["ts"]) < 10 * DAY:  # type: ignore[arg-type]
+        record["ts"] = now + record["ts"]  # type: ignore[operator]
+    value = raw if raw is not None and raw != b"x" * (70 * 1024) else orjson.dumps(record)
+    if raw == b"x" * (70 * 1024):
+        value = orjson.dumps({**record, "pad": "x" * (70 * 1024)})
+    stream = CODECS[side].check(key, value, 0, now)  # type: ignore[attr-defined]
+    batch = validate(side, key, value, now)  # type: ignore[arg-type]
+    assert isinstance(stream, Accepted) == (not isinstance(batch, Rejected)), (stream, batch)
+
+
+def test_the_page_shows_every_join_readably() -> None:
     view = {
         "worker": "w1",
         "host": "host-a",
         "rack": "r",
         "app_id": "x",
-        "actives": [0],
-        "standbys": [1],
-        "wire": {},
-        "lag": {"0": 0},
-        "standby_lag": {"1": 0},
-        "joined": {"0": 3},
-        "outputs": 3,
-        "dead_letters": 0,
-        "last_rebalance": {"kept": [], "moved_warm": [0], "moved_cold": [], "replayed": 2, "seconds": 1.5},
-        "campaigns": {"c<1>": {"impressions": 4, "clicks": 1, "ctr": 0.25}},
+        "assignor": "tandem",
+        "epoch": 3,
+        "joins": {
+            "clicks<1>": {
+                "inputs": ["impressions", "clicks"],
+                "how": "inner",
+                "actives": [0],
+                "standbys": [1],
+                "restoring": {},
+                "lag": {"0": 0},
+                "standby_lag": {"1": 0},
+                "results": 3,
+                "dead_letters_by_category": {"undecodable": 2},
+                "late": 0,
+                "duplicates": 1,
+                "null_values": {"left": 0, "right": 0},
+                "held": 0,
+                "last_rebalance": {
+                    "kept": [],
+                    "moved_warm": [0],
+                    "moved_cold": [],
+                    "replayed": 2,
+                    "seconds": 1.5,
+                },
+            }
+        },
     }
     html = render_html(view)
-    assert "moved warm" in html and "c&lt;1&gt;" in html
-
-
-def test_interim_partition_state_survives_a_torn_local_file(tmp_path: Path) -> None:
-    path = tmp_path / "p0.jsonl"
-    state = PartitionState(0, path)
-    imp = {"event_id": "i1", "auction_id": "a", "campaign_id": "c", "ts": 1000}
-    click = {"event_id": "k1", "auction_id": "a", "ts": 1500}
-    state.apply(0, "left", imp)
-    assert len(state.apply(1, "right", click)) == 1
-    state.close()
-    with path.open("a") as handle:
-        handle.write('{"o": 2, "s": "le')  # a SIGKILL in the middle of a line
-    again = PartitionState(0, path)
-    assert again.load() == 2
-    assert (again.offset, again.joined) == (1, 1)
-    assert again.apply(1, "right", click) == []  # already applied: offsets are idempotent
-
-
-def test_group_consumer_tuning_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TANDEM_FETCH_MAX_WAIT_MS", raising=False)
-    monkeypatch.delenv("TANDEM_FOLLOWER_SYNC_DELAY_MS", raising=False)
-    assert (from_env().fetch_max_wait_ms, from_env().follower_sync_delay_ms) == (1500, 0)
-    monkeypatch.setenv("TANDEM_FETCH_MAX_WAIT_MS", "100")
-    monkeypatch.setenv("TANDEM_FOLLOWER_SYNC_DELAY_MS", "150")
-    assert (from_env().fetch_max_wait_ms, from_env().follower_sync_delay_ms) == (100, 150)
-
-
-def test_tuned_consumer_sets_the_fetch_wait_faust_hard_codes() -> None:
-    class Thread:
-        def _create_worker_consumer(self, transport: object) -> SimpleNamespace:
-            return SimpleNamespace(_fetch_max_wait_ms=1500)
-
-    class Base:
-        def _new_consumer_thread(self) -> Thread:
-            return Thread()
-
-    app = SimpleNamespace(transport=SimpleNamespace(Consumer=Base))
-    settings = dataclasses.replace(from_env(), fetch_max_wait_ms=100, follower_sync_delay_ms=0)
-    _tune_consumer(app, settings)  # type: ignore[arg-type]
-    consumer = app.transport.Consumer()._new_consumer_thread()._create_worker_consumer(None)
-    assert consumer._fetch_max_wait_ms == 100
+    assert "moved warm" in html and "clicks&lt;1&gt;" in html and "undecodable: 2" in html
+    assert "{" not in html.split("<style>")[0] + html.split("</style>")[1]  # no Python reprs
 
 
 def test_follower_sync_waits_before_its_sync_group(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,8 +148,8 @@ def test_follower_sync_waits_before_its_sync_group(monkeypatch: pytest.MonkeyPat
         return b"assignment"
 
     monkeypatch.setattr(CoordinatorGroupRebalance, "_on_join_follower", original)
-    _delay_follower_sync(0.05)
-    _delay_follower_sync(0.05)  # once per process: not wrapped twice
+    faust_internals.delay_follower_sync(0.05)
+    faust_internals.delay_follower_sync(0.05)  # once per process: not wrapped twice
     started = time.monotonic()
     result = asyncio.run(CoordinatorGroupRebalance._on_join_follower(object()))  # type: ignore[arg-type]
     assert result == b"assignment"

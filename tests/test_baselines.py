@@ -16,7 +16,11 @@ from benchmarks.scenarios import EVENTS, parse_size, steady
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "scenario.json"
 BASELINES: list[Callable[[Any], dict[str, Any]]] = [
-    faust_full, faust_copartitioned, round_robin, range_assign]
+    faust_full,
+    faust_copartitioned,
+    round_robin,
+    range_assign,
+]
 
 
 def scenarios() -> list[dict[str, Any]]:
@@ -47,6 +51,5 @@ def test_faust_paths_place_standbys_off_the_active() -> None:
 
 
 def test_bench_smoke_runs_without_writing() -> None:
-    args = ["--quick", "--sizes", "3x12", "--replicas", "1", "--repeats", "1", "--events",
-            "leave-1,join-1"]
+    args = ["--quick", "--sizes", "3x12", "--replicas", "1", "--repeats", "1", "--events", "leave-1,join-1"]
     assert bench_planner.main(args) == 0

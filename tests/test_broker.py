@@ -7,7 +7,7 @@ import os
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from app.broker import EmbeddedBroker, create_topics
+from tables.testing import EmbeddedBroker, create_topics
 
 
 async def _round_trip(bootstrap: str, topic: str) -> list[bytes]:

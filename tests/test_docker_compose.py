@@ -25,9 +25,7 @@ pytestmark = pytest.mark.skipif(
 @functools.cache
 def _compose(*args: str) -> str:
     assert BINARY is not None
-    done = subprocess.run(
-        [BINARY, "-f", str(COMPOSE), *args], capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([BINARY, "-f", str(COMPOSE), *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -81,15 +81,23 @@ def seeds() -> list[tuple[str, bytes]]:
     big = {"impressions": list(range(0, 900, 3)), "clicks": list(range(0, 900, 3))}
     subs = [
         Subscription(),
-        Subscription(epoch=9, url="http://w:6066", host="h", rack="r", capacity=2.5,
-                     previous_active={"a": [1, 2], "b": [1, 2]}, previous_standby={"c": [3]},
-                     local_offsets={"c": {3: 77, 1: -1}}),  # fmt: skip
+        Subscription(
+            epoch=9,
+            url="http://w:6066",
+            host="h",
+            rack="r",
+            capacity=2.5,
+            previous_active={"a": [1, 2], "b": [1, 2]},
+            previous_standby={"c": [3]},
+            local_offsets={"c": {3: 77, 1: -1}},
+        ),  # fmt: skip
         Subscription(epoch=2**40, previous_active=big, local_offsets={"cl": {p: p for p in range(300)}}),
     ]
     assignments = [
         Assignment(),
-        Assignment(3, {"a": [0, 5]}, {"c": [1]}, [["a", "b"], ["c"]], "http://l:1",
-                   RebalanceStats(4, 1, 2, 1, 7)),  # fmt: skip
+        Assignment(
+            3, {"a": [0, 5]}, {"c": [1]}, [["a", "b"], ["c"]], "http://l:1", RebalanceStats(4, 1, 2, 1, 7)
+        ),  # fmt: skip
         Assignment(7, big, {"cl": list(range(600))}, [["impressions", "clicks", "cl"]], "u"),
     ]
     tables = [
@@ -216,8 +224,10 @@ def test_wire_decoders_coverage_guided() -> None:
     # The fuzzer must have reached past the header into the body parsers, both ways.
     assert decoded > 10 and refused > 500, (decoded, refused)
     assert len(corpus) > len(seeds()) + 5  # coverage led somewhere new
-    print(f"wire fuzz (seed {SEED}): {decoded + refused} mutants, {decoded} decoded, {refused} refused, "
-          f"{len(tracer.arcs)} arcs, corpus {len(corpus)}")
+    print(
+        f"wire fuzz (seed {SEED}): {decoded + refused} mutants, {decoded} decoded, {refused} refused, "
+        f"{len(tracer.arcs)} arcs, corpus {len(corpus)}"
+    )
 
 
 # ---------------------------------------------------------------- the planner

@@ -15,13 +15,17 @@ def member(topics: list[str], **fields: Any) -> dict[str, Any]:
     return {"topics": topics, **fields}
 
 
-def out(members: dict[str, dict[str, list[int]]],
-        standby: dict[str, dict[str, list[int]]] | None = None) -> dict[str, Any]:
+def out(
+    members: dict[str, dict[str, list[int]]], standby: dict[str, dict[str, list[int]]] | None = None
+) -> dict[str, Any]:
     standby = standby or {}
     names = set(members) | set(standby)
-    return {"epoch": 1, "unassigned": {}, "warnings": [],
-            "members": {m: {"active": members.get(m, {}), "standby": standby.get(m, {})}
-                        for m in names}}
+    return {
+        "epoch": 1,
+        "unassigned": {},
+        "warnings": [],
+        "members": {m: {"active": members.get(m, {}), "standby": standby.get(m, {})} for m in names},
+    }
 
 
 def test_groups_lone_topics_after_copartition_groups() -> None:
@@ -30,9 +34,10 @@ def test_groups_lone_topics_after_copartition_groups() -> None:
 
 
 def test_new_member_takes_half_two_moves() -> None:
-    sc = {"topics": {"t": 4}, "members": {
-        "w1": member(["t"], epoch=3, previous_active={"t": [0, 1, 2, 3]}),
-        "w2": member(["t"])}}
+    sc = {
+        "topics": {"t": 4},
+        "members": {"w1": member(["t"], epoch=3, previous_active={"t": [0, 1, 2, 3]}), "w2": member(["t"])},
+    }
     m = measure(sc, out({"w1": {"t": [0, 1]}, "w2": {"t": [2, 3]}}))
     assert (m.tasks, m.moves, m.spread_group, m.spread_total, m.idle) == (4, 2, 0, 0, 0)
     assert optimum_moves(sc) == 2
@@ -42,22 +47,34 @@ def test_new_member_takes_half_two_moves() -> None:
 
 def test_warm_and_cold_moves() -> None:
     topics = ["in", "log"]
-    sc = {"topics": {"in": 3, "log": 3}, "copartition_groups": [topics],
-          "changelog_topics": ["log"], "members": {
-              "w1": member(topics, previous_active={"in": [0, 1, 2], "log": [0, 1, 2]}),
-              "w2": member(topics, previous_standby={"log": [1]}),
-              "w3": member(topics, local_offsets={"log": {"2": 10}})}}
-    warm = measure(sc, out({"w1": {t: [0] for t in topics}, "w2": {t: [1] for t in topics},
-                            "w3": {t: [2] for t in topics}}))
+    sc = {
+        "topics": {"in": 3, "log": 3},
+        "copartition_groups": [topics],
+        "changelog_topics": ["log"],
+        "members": {
+            "w1": member(topics, previous_active={"in": [0, 1, 2], "log": [0, 1, 2]}),
+            "w2": member(topics, previous_standby={"log": [1]}),
+            "w3": member(topics, local_offsets={"log": {"2": 10}}),
+        },
+    }
+    warm = measure(
+        sc,
+        out({"w1": {t: [0] for t in topics}, "w2": {t: [1] for t in topics}, "w3": {t: [2] for t in topics}}),
+    )
     assert (warm.moves, warm.warm, warm.cold, warm.copart_violations) == (2, 2, 0, 0)
-    cold = measure(sc, out({"w1": {t: [0] for t in topics}, "w2": {t: [2] for t in topics},
-                            "w3": {t: [1] for t in topics}}))
+    cold = measure(
+        sc,
+        out({"w1": {t: [0] for t in topics}, "w2": {t: [2] for t in topics}, "w3": {t: [1] for t in topics}}),
+    )
     assert (cold.moves, cold.warm, cold.cold) == (2, 0, 2)
 
 
 def test_copartition_violation_and_invalid() -> None:
-    sc = {"topics": {"a": 2, "b": 2}, "copartition_groups": [["a", "b"]],
-          "members": {"w1": member(["a", "b"]), "w2": member(["a", "b"])}}
+    sc = {
+        "topics": {"a": 2, "b": 2},
+        "copartition_groups": [["a", "b"]],
+        "members": {"w1": member(["a", "b"]), "w2": member(["a", "b"])},
+    }
     m = measure(sc, out({"w1": {"a": [0, 1], "b": [1]}, "w2": {"b": [0]}}))
     assert (m.copart_violations, m.invalid) == (1, 0)
     missing = measure(sc, out({"w1": {"a": [0, 1], "b": [1]}}))
@@ -65,19 +82,30 @@ def test_copartition_violation_and_invalid() -> None:
 
 
 def test_fencing_highest_epoch_wins_tie_voids() -> None:
-    sc = {"topics": {"t": 2}, "members": {
-        "w1": member(["t"], epoch=5, previous_active={"t": [0, 1]}),
-        "w2": member(["t"], epoch=3, previous_active={"t": [0]}),
-        "w3": member(["t"], epoch=5, previous_active={"t": [1]})}}
+    sc = {
+        "topics": {"t": 2},
+        "members": {
+            "w1": member(["t"], epoch=5, previous_active={"t": [0, 1]}),
+            "w2": member(["t"], epoch=3, previous_active={"t": [0]}),
+            "w3": member(["t"], epoch=5, previous_active={"t": [1]}),
+        },
+    }
     assert previous_owners(sc) == {(0, 0): "w1"}
 
 
 def test_standby_placement_counts() -> None:
     topics = ["in", "log"]
-    sc = {"topics": {"in": 2, "log": 2}, "copartition_groups": [topics],
-          "changelog_topics": ["log"], "standby_replicas": 1, "members": {
-              "w1": member(topics, host="a"), "w2": member(topics, host="a"),
-              "w3": member(topics, host="b")}}
+    sc = {
+        "topics": {"in": 2, "log": 2},
+        "copartition_groups": [topics],
+        "changelog_topics": ["log"],
+        "standby_replicas": 1,
+        "members": {
+            "w1": member(topics, host="a"),
+            "w2": member(topics, host="a"),
+            "w3": member(topics, host="b"),
+        },
+    }
     act = {"w1": {"in": [0], "log": [0]}, "w2": {"in": [1], "log": [1]}}
     m = measure(sc, out(act, {"w2": {"log": [0]}, "w1": {"log": [1]}}))
     assert (m.standby_same_host, m.standby_missing, m.standby_on_active) == (2, 0, 0)
@@ -87,9 +115,10 @@ def test_standby_placement_counts() -> None:
 
 def test_optimum_total_balance_binds() -> None:
     # Per group alone, w1 could keep both; total balance forces one move.
-    sc = {"topics": {"a": 1, "b": 1}, "members": {
-        "w1": member(["a", "b"], previous_active={"a": [0], "b": [0]}),
-        "w2": member(["a", "b"])}}
+    sc = {
+        "topics": {"a": 1, "b": 1},
+        "members": {"w1": member(["a", "b"], previous_active={"a": [0], "b": [0]}), "w2": member(["a", "b"])},
+    }
     assert optimum_moves(sc) == 1
 
 
@@ -117,10 +146,10 @@ def brute_force_moves(sc: dict[str, Any]) -> int:
     return best
 
 
-def _group_balanced(owners: tuple[str, ...], tasks: list[tuple[int, int]], g: int, n: int,
-                    members: list[str]) -> bool:
-    counts = [sum(1 for t, o in zip(tasks, owners, strict=True) if t[0] == g and o == m)
-              for m in members]
+def _group_balanced(
+    owners: tuple[str, ...], tasks: list[tuple[int, int]], g: int, n: int, members: list[str]
+) -> bool:
+    counts = [sum(1 for t, o in zip(tasks, owners, strict=True) if t[0] == g and o == m) for m in members]
     return n // len(members) <= min(counts) and max(counts) <= -(-n // len(members))
 
 
@@ -137,6 +166,8 @@ def test_optimum_matches_brute_force(seed: int) -> None:
             owner = rng.choice([*names, None])
             if owner:
                 held[owner].setdefault(t, []).append(p)
-    sc = {"topics": topics, "members": {
-        m: member(list(topics), epoch=1, previous_active=held[m]) for m in names}}
+    sc = {
+        "topics": topics,
+        "members": {m: member(list(topics), epoch=1, previous_active=held[m]) for m in names},
+    }
     assert optimum_moves(sc) == brute_force_moves(sc)

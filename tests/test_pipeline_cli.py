@@ -31,6 +31,9 @@ def test_unknown_job_lists_the_jobs(capsys: pytest.CaptureFixture[str]) -> None:
 def test_module_entry_point() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pipeline.reconcile", "--help"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0 and "--allow-duplicates" in done.stdout

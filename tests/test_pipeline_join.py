@@ -15,14 +15,14 @@ import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from app.broker import EmbeddedBroker
+from tables.testing import EmbeddedBroker
 from pipeline.join import INPUT_COLUMNS, load_parquet, load_topics, reference_join
 from pipeline.partitioner import partitions_for
 from pipeline.produce import produce
 from pipeline.semantics import SIDE_OF_TOPIC, JoinParams, sequential_join
-from tables.join import JoinType, JoinWindow, WindowedJoin
+from tables.operator import JoinType, JoinWindow, WindowedJoin
 from tables.kv import MemoryKV
-from tables.records import Rejected, validate
+from pipeline.records import Rejected, validate
 from tests.spark_fixtures import busy_traffic, spark_session
 
 Event = tuple[str, str, str, int]  # side, event id, auction id, ts
@@ -108,9 +108,7 @@ def tables_join(
         record = validate(side, key, value, params.now_ms)  # type: ignore[arg-type]
         if isinstance(record, Rejected):
             continue
-        task = tasks.setdefault(
-            partition, WindowedJoin(MemoryKV(), window, JoinType(params.kind))
-        )
+        task = tasks.setdefault(partition, WindowedJoin(MemoryKV(), window, JoinType(params.kind)))
         out.extend({**r, "partition": partition} for r in task.process(side, record))  # type: ignore[arg-type]
     return out
 
@@ -127,9 +125,7 @@ def test_hand_made_cases(spark: SparkSession) -> None:
         groups.setdefault((kind, tuple(window.values())), []).append(i)
     for (kind, (before, after, grace)), members in groups.items():
         params = JoinParams(before, after, grace, kind)  # type: ignore[arg-type]
-        records = [
-            (i, seq, *encode(event, i)) for i in members for seq, event in enumerate(CASES[i][3])
-        ]
+        records = [(i, seq, *encode(event, i)) for i in members for seq, event in enumerate(CASES[i][3])]
         got = [r.asDict() for r in reference_join(frame(spark, records), params).results.collect()]
         stream = tables_join([(p, s, k, v) for p, _, s, k, v in records], params)
         assert by_join_id(got) == by_join_id(stream), f"{kind} {before, after, grace}"
@@ -159,8 +155,7 @@ def test_generated_traffic_is_well_formed(traffic: Path) -> None:
     keys = [r["key"] for r in rows]
     assert partitions_for(keys, 3).tolist() == [r["partition"] for r in rows]
     reasons = Counter(
-        isinstance(validate(SIDE_OF_TOPIC[r["topic"]], r["key"], r["value"], None), Rejected)
-        for r in rows
+        isinstance(validate(SIDE_OF_TOPIC[r["topic"]], r["key"], r["value"], None), Rejected) for r in rows
     )
     assert 0 < reasons[True] < 0.05 * len(rows)
     clicks = sum(1 for r in rows if r["topic"] == "clicks")
@@ -176,14 +171,13 @@ PARAMS = [
 
 @pytest.mark.spark
 @pytest.mark.parametrize("params", PARAMS, ids=lambda p: p.kind)
-def test_agrees_with_tables_record_for_record(
-    spark: SparkSession, traffic: Path, params: JoinParams
-) -> None:
+def test_agrees_with_tables_record_for_record(spark: SparkSession, traffic: Path, params: JoinParams) -> None:
     records = arrival_order(traffic)
     stream = by_join_id(tables_join(records, params))
     statement = by_join_id(sequential_join(records, params))
-    got = by_join_id(r.asDict() for r in reference_join(
-        load_parquet(spark, str(traffic)), params).results.collect())
+    got = by_join_id(
+        r.asDict() for r in reference_join(load_parquet(spark, str(traffic)), params).results.collect()
+    )
     assert got == stream == statement
     kinds = Counter(r["kind"] for r in got)
     assert kinds["inner"] > 100

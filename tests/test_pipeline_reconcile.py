@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from app.broker import EmbeddedBroker, create_topics
+from tables.testing import EmbeddedBroker, create_topics
 from pipeline import join, reconcile
 from pipeline.reconcile import Report
 from tests.spark_fixtures import busy_traffic, produce_values, spark_session
@@ -41,8 +41,7 @@ def publish(broker: EmbeddedBroker, topic: str, rows: list[dict[str, Any]], extr
     """What a stream join would write: JSON values keyed by auction id, on 3 partitions."""
     asyncio.run(create_topics(broker.bootstrap, [topic], 3))
     payload = [
-        (r["auction_id"].encode(), json.dumps({k: v for k, v in r.items() if k != "partition"})
-         .encode())
+        (r["auction_id"].encode(), json.dumps({k: v for k, v in r.items() if k != "partition"}).encode())
         for r in rows
     ] + [(b"junk", value) for value in extra]
     asyncio.run(produce_values(broker.bootstrap, topic, payload))

@@ -45,8 +45,9 @@ def test_steady_state_is_a_balanced_assignment_with_standbys_off_host(scenario: 
     members = state["members"]
     for m, d in members.items():
         for p in d["previous_standby"].get("ad-joins-changelog", []):
-            owner = next(o for o, od in members.items()
-                         if p in od["previous_active"].get("ad-joins-changelog", []))
+            owner = next(
+                o for o, od in members.items() if p in od["previous_active"].get("ad-joins-changelog", [])
+            )
             assert members[owner]["host"] != d["host"] and owner != m
 
 

@@ -10,7 +10,7 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from pyspark.sql import SparkSession
 
-from app.broker import EmbeddedBroker, create_topics
+from tables.testing import EmbeddedBroker, create_topics
 from pipeline.kafka import offsets
 from pipeline.partitioner import partitions_for
 from pipeline.source import advance, plan_spans
@@ -81,8 +81,11 @@ def test_batch_read_returns_every_record_in_offset_order(
     spark: SparkSession, broker: EmbeddedBroker, filled: str
 ) -> None:
     df = (
-        spark.read.format("tandem-topic").option("bootstrap", broker.bootstrap)
-        .option("topic", filled).option("splitSize", "100").load()
+        spark.read.format("tandem-topic")
+        .option("bootstrap", broker.bootstrap)
+        .option("topic", filled)
+        .option("splitSize", "100")
+        .load()
     )
     assert df.rdd.getNumPartitions() >= COUNT // 100  # read in parallel, by offset range
     rows = df.orderBy("partition", "offset").collect()
@@ -98,7 +101,8 @@ def test_batch_read_honours_starting_and_ending_offsets(
     spark: SparkSession, broker: EmbeddedBroker, filled: str
 ) -> None:
     df = (
-        spark.read.format("tandem-topic").option("bootstrap", broker.bootstrap)
+        spark.read.format("tandem-topic")
+        .option("bootstrap", broker.bootstrap)
         .option("topic", filled)
         .option("startingOffsets", json.dumps({filled: {"0": 10}}))
         .option("endingOffsets", json.dumps({filled: {"0": 20, "1": 5, "2": -2}}))
@@ -111,10 +115,16 @@ def test_batch_read_honours_starting_and_ending_offsets(
 def _stream_all(spark: SparkSession, bootstrap: str, topic: str, form: str) -> tuple[int, int]:
     name = f"mem_{form}_{topic.replace('-', '_')}"
     query = (
-        spark.readStream.format("tandem-topic").option("bootstrap", bootstrap)
-        .option("topic", topic).option("maxOffsetsPerTrigger", "250")
-        .option("latestOffsetForm", form).load()
-        .writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+        spark.readStream.format("tandem-topic")
+        .option("bootstrap", bootstrap)
+        .option("topic", topic)
+        .option("maxOffsetsPerTrigger", "250")
+        .option("latestOffsetForm", form)
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
     )
     deadline = time.monotonic() + 120
     while query.isActive and time.monotonic() < deadline:

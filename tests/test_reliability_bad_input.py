@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.broker import EmbeddedBroker
+from tables.testing import EmbeddedBroker
 from app.chaos import DAY_MS, bad_records
-from tables.records import Rejected, validate
+from pipeline.records import Rejected, validate
 from tests.workers import cluster
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]

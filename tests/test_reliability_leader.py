@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.broker import EmbeddedBroker
+from tables.testing import EmbeddedBroker
 from app.cluster import WorkerProcess, covered, wait_for
 from tests.workers import PARTITIONS, cluster
 
@@ -25,8 +25,10 @@ pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # A member's JoinGroup handled as the leader's, or a SyncGroup naming the leader.
 LED = re.compile(r'join\{group_id="([^"]+)" member_id="([^"]+)"\}.*is_leader=true.*is_ok=true')
-NAMED = re.compile(r'sync\{group_id="([^"]+)" generation_id=\d+ member_id="[^"]*"\}.*'
-                   r'state\.leader=Some\("([^"]+)"\)')
+NAMED = re.compile(
+    r'sync\{group_id="([^"]+)" generation_id=\d+ member_id="[^"]*"\}.*'
+    r'state\.leader=Some\("([^"]+)"\)'
+)
 JOIN = re.compile(r'join\{group_id="([^"]+)" member_id="([^"]+)"\}')
 
 

@@ -122,9 +122,7 @@ GARBAGE = [
 
 
 @pytest.mark.parametrize("data", GARBAGE)
-def test_garbage_means_no_history_with_a_warning(
-    data: bytes, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_garbage_means_no_history_with_a_warning(data: bytes, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="assignor.wire"):
         sub, warning = read_subscription(data, "member-7")
     assert sub == wire.NO_HISTORY

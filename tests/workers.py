@@ -17,11 +17,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from app.broker import EmbeddedBroker, high_watermarks
 from app.cluster import WorkerProcess, covered, wait_for
-from app.settings import Settings, from_env
-from app.topics import create_topics
+from app.settings import Settings, create_topics, from_env
 from app.traffic import Traffic, run_traffic
+from tables.testing import EmbeddedBroker, high_watermarks
 
 PARTITIONS = 6
 Done = Callable[[list[dict[str, Any]]], bool]
@@ -36,8 +35,15 @@ class Cluster:
 
     def worker(self, name: str, host: str, rack: str = "rack-1", **kw: Any) -> WorkerProcess:
         worker = WorkerProcess(
-            name, host, rack, self.broker.bootstrap, self.settings.app_id, self.run_dir,
-            partitions=PARTITIONS, topic_prefix=self.settings.topic_prefix, **kw,
+            name,
+            host,
+            rack,
+            self.broker.bootstrap,
+            self.settings.app_id,
+            self.run_dir,
+            partitions=PARTITIONS,
+            topic_prefix=self.settings.topic_prefix,
+            **kw,
         )
         self.workers.append(worker)
         return worker
@@ -70,7 +76,6 @@ class Cluster:
         records = self.read(self.settings.joins, lambda rs: expected <= _ids(rs), timeout)
         return _ids(records)
 
-
     def highwaters(self, topic: str) -> dict[int, int]:
         """Each partition's end offset, from fetch responses (ListOffsets is short on tansu)."""
         return asyncio.run(high_watermarks(self.broker.bootstrap, topic, PARTITIONS, 15))
@@ -98,7 +103,9 @@ async def _read(bootstrap: str, topic: str, done: Done, timeout: float) -> list[
 @contextmanager
 def cluster(broker: EmbeddedBroker, unique: str, run_dir: Path) -> Iterator[Cluster]:
     settings = dataclasses.replace(
-        from_env(), app_id=f"tandem-test-{unique}", topic_prefix=f"t{unique}-",
+        from_env(),
+        app_id=f"tandem-test-{unique}",
+        topic_prefix=f"t{unique}-",
         partitions=PARTITIONS,
     )
     asyncio.run(create_topics(broker.bootstrap, settings))

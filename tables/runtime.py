@@ -1,0 +1,690 @@
+"""The join runtime: everything between a fetch of join input and committed offsets.
+
+One `Runtime` per app takes the records of every join's inputs out of Faust's
+consumer in whole fetches (assignor/faust_internals.py: no Faust Event or Stream per
+record) and gives each join's `JoinRunner` its own. A runner, per batch:
+
+1. checks each record (tables/codecs.py): bad ones are dead-lettered with the reason,
+   null values dropped and counted;
+2. holds the good ones and releases each partition's in event-time order across both
+   inputs (tables/alignment.py);
+3. joins them on the partition's RocksDB state (tables/operator.py, tables/state.py);
+4. hands the results to the app's handler (tables/results.py) and waits until it has
+   taken them all;
+5. has the handler's sends, the dead letters and Faust's own pending sends
+   acknowledged, then writes the changelog and the state with its checkpoint;
+6. only then moves the offset Faust may commit for each input partition, never past a
+   record still held (at-least-once on every path).
+
+On a rebalance, new active partitions are held back (not fetched) while their state is
+restored in the background; the others keep going. Before a revocation or a stop the
+in-flight batch finishes, held records are dropped to be read again, and Faust commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import ConsumerRecord
+from aiokafka.partitioner import murmur2
+from faust.types import TP, AppT
+
+from assignor import faust_internals
+from tables.alignment import Aligner
+from tables.api import JoinSpec
+from tables.codecs import CATEGORIES, DROPPED, Accepted, Rejected, SideCodec, key_check, value_form
+from tables.keys import Side
+from tables.operator import Match
+from tables.producing import changelog_configs, create_topics, start_sending
+from tables.results import Feed, JoinResults, Outgoing, Serializers
+from tables.settings import RuntimeSettings
+from tables.state import JoinState, Moves
+
+log = logging.getLogger(__name__)
+
+ALIGN_CHECK_S = 0.25  # held records are looked at this often when no input comes
+OFFSETS_REFRESH_S = 2.0  # local offsets for the assignor
+HANDLER_FAILURES_WITHOUT_PROGRESS = 3
+DAY_MS = 24 * 3600 * 1000
+
+Item = tuple[Side, bytes, int, bytes, bytes]  # side, key, ts, record id, value
+Letter = tuple[str, int, int, bytes | None, bytes | None, Rejected]  # topic, partition, offset, key, value
+
+
+@dataclass
+class Rebalance:
+    """What the last assignment did to one join on this worker."""
+
+    epoch: int = 0
+    started: float = field(default_factory=time.time)
+    kept: list[int] = field(default_factory=list)
+    moved_warm: list[int] = field(default_factory=list)
+    moved_cold: list[int] = field(default_factory=list)
+    replayed: dict[int, int] = field(default_factory=dict)
+    seconds: float | None = None  # until every new active was restored
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kept": self.kept,
+            "moved_warm": self.moved_warm,
+            "moved_cold": self.moved_cold,
+            "replayed": sum(self.replayed.values()),
+            "replayed_by_partition": {str(p): n for p, n in sorted(self.replayed.items())},
+            "seconds": self.seconds,
+        }
+
+
+@dataclass
+class JoinStats:
+    """Counters of one join on this worker (since the process started)."""
+
+    read: dict[str, int] = field(default_factory=lambda: {"left": 0, "right": 0})
+    null_values: dict[str, int] = field(default_factory=lambda: {"left": 0, "right": 0})
+    dead_letters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    results: int = 0
+    results_by_partition: dict[int, int] = field(default_factory=dict)
+    batches: int = 0
+    handler_restarts: int = 0
+
+
+class JoinRunner:
+    """One declared join on this worker."""
+
+    def __init__(self, spec: JoinSpec, runtime: Runtime) -> None:
+        self.spec = spec
+        self.runtime = runtime
+        self.app = spec.app
+        settings = runtime.settings
+        self.sides: dict[str, Side] = {spec.left.name: "left", spec.right.name: "right"}
+        self.codecs: dict[Side, SideCodec] = {
+            "left": _codec(spec, spec.left, settings),
+            "right": _codec(spec, spec.right, settings),
+        }
+        self.aligner: Aligner[Item] = Aligner(
+            list(spec.input_topics),
+            max_wait_s=settings.align_max_wait_ms / 1000,
+            max_held=settings.align_max_held,
+        )
+        self.stats = JoinStats()
+        self.rebalance = Rebalance()
+        self.rebalances = 0
+        self.state: JoinState | None = None  # opened at the first assignment
+        self.partitions: int | None = None  # the inputs' partition count (start check)
+        self.held_back: set[TP] = set()  # inputs of partitions being restored
+        self.read_next: dict[TP, int] = {}  # after the last record taken into a batch
+        self.commit_at: dict[TP, int] = {}  # what Faust may commit
+        self.feed = Feed()
+        self.outbox: list[Outgoing] = []
+        self._queue: asyncio.Queue[dict[TP, list[ConsumerRecord]]] = asyncio.Queue(maxsize=8)
+        self._working = asyncio.Lock()
+        self._revoking = False
+        self._loop_task: asyncio.Task[None] | None = None
+        self._handler_task: asyncio.Task[None] | None = None
+        self._restore_task: asyncio.Task[None] | None = None
+        self._handler_failures = 0
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._run(), name=f"tandem-join-{self.spec.name}")
+            self._start_handler()
+
+    async def stop(self) -> None:
+        await self.quiesce()
+        for task in (self._loop_task, self._handler_task, self._restore_task):
+            await _cancel(task)
+        self._loop_task = self._handler_task = self._restore_task = None
+        if self.state is not None:
+            await self.state.close()
+
+    def _start_handler(self) -> None:
+        results: JoinResults[Any, Any, Any] = JoinResults(
+            self.app,
+            self.feed,
+            self.spec.left.name,
+            self.codecs["left"].key,
+            self.codecs["left"].value,
+            self.codecs["right"].value,
+            self.outbox,
+            self.runtime.serializers,
+        )
+        self._handler_task = asyncio.create_task(
+            self.spec.handler(results), name=f"tandem-handler-{self.spec.name}"
+        )
+
+    # -- taking input ---------------------------------------------------------------
+
+    async def take(self, records: dict[TP, list[ConsumerRecord]]) -> None:
+        if self._revoking:
+            return  # read again after the rebalance, from the committed offsets
+        monitor = getattr(self.app, "monitor", None)
+        if monitor is not None:  # Faust's livelock detector watches this
+            now = time.monotonic()
+            for tp in records:
+                monitor.stream_inbound_time[tp] = now
+        await self._queue.put(records)
+
+    async def _run(self) -> None:
+        limit = self.runtime.settings.batch_max_records
+        while True:
+            try:
+                first = await asyncio.wait_for(self._queue.get(), ALIGN_CHECK_S)
+            except TimeoutError:
+                first = {}
+            fetches, count = [first], sum(map(len, first.values()))
+            while count < limit and not self._queue.empty():
+                fetch = self._queue.get_nowait()
+                fetches.append(fetch)
+                count += sum(map(len, fetch.values()))
+            async with self._working:
+                if self._revoking or self.state is None:
+                    continue
+                try:
+                    await self._process(fetches)
+                except Exception as exc:
+                    await self._fail(exc)
+                    return
+
+    async def _fail(self, exc: Exception) -> None:
+        """A batch could not be written (broker or disk): nothing of it was committed, so
+        nothing is lost; the worker stops rather than skip it (it is read again)."""
+        log.critical("tandem: join %r stops the worker: %r", self.spec.name, exc, exc_info=exc)
+        for partition in self.state.actives() if self.state else []:
+            self.state.discard(partition)  # type: ignore[union-attr]
+        await self.app.crash(exc)  # type: ignore[attr-defined]
+
+    # -- one batch --------------------------------------------------------------------
+
+    async def _process(self, fetches: list[dict[TP, list[ConsumerRecord]]]) -> None:
+        state = self.state
+        assert state is not None
+        letters: list[Letter] = []
+        touched: set[int] = set()
+        for fetch in fetches:
+            for tp, records in fetch.items():
+                if tp.partition in state.ready and records:
+                    self._check(tp, records, letters)
+                    touched.add(tp.partition)
+        processed: list[int] = []
+        feed: list[tuple[int, Match]] = []
+        for partition in sorted(touched | set(self.aligner.holding())):
+            if partition not in state.ready:
+                continue
+            items = self._release(partition)
+            if not items:
+                continue
+            join = state.active(partition).join
+            matches: list[Match] = []
+            for side, key, ts, record_id, value in items:
+                matches += join.process(side, key, ts, record_id, value)
+            processed.append(partition)
+            feed.extend((partition, m) for m in matches)
+            self.stats.results_by_partition[partition] = self.stats.results_by_partition.get(
+                partition, 0
+            ) + len(matches)
+        if feed:
+            self.stats.results += len(feed)
+            await self._handle(feed, letters)
+        await self._send_output(letters)
+        producer = faust_internals.producer_of(self.app)
+        await asyncio.gather(*(state.commit(p, producer) for p in processed))
+        self._move_commit_offsets(touched | set(processed))
+        self.stats.batches += 1
+
+    def _check(self, tp: TP, records: list[ConsumerRecord], letters: list[Letter]) -> None:
+        side = self.sides[tp.topic]
+        codec = self.codecs[side]
+        partition, topic = tp.partition, tp.topic
+        aligner = self.aligner
+        self.stats.read[side] += len(records)
+        for record in records:
+            checked = codec.check(record.key, record.value, record.offset, record.timestamp)
+            if type(checked) is Accepted:
+                ts = checked.ts
+                aligner.add(
+                    partition,
+                    topic,
+                    record.offset,
+                    ts,
+                    (side, record.key, ts, checked.record_id, record.value),
+                )
+                continue
+            aligner.skip(partition, topic, record.offset)
+            if checked is DROPPED:
+                self.stats.null_values[side] += 1
+            else:
+                letters.append((topic, partition, record.offset, record.key, record.value, checked))  # type: ignore[arg-type]
+        self.read_next[tp] = records[-1].offset + 1
+
+    def _release(self, partition: int) -> list[Item]:
+        """Held records of the partition now due, given how far each input has been read."""
+        consumer = self.app.consumer
+        committed = faust_internals.committed_offsets(self.app)
+        ends: dict[str, int | None] = {}
+        starts: dict[str, int | None] = {}
+        for topic in self.spec.input_topics:
+            tp = TP(topic, partition)
+            try:
+                ends[topic] = consumer.highwater(tp)  # None until a fetch has seen it
+            except (AssertionError, KeyError, Exception):
+                ends[topic] = None
+            starts[topic] = committed.get(tp)
+        return self.aligner.release(partition, ends, starts)
+
+    def _move_commit_offsets(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            firsts = self.aligner.first_held(partition)
+            for topic in self.spec.input_topics:
+                tp = TP(topic, partition)
+                read = self.read_next.get(tp)
+                if read is None:
+                    continue
+                held = firsts.get(topic)
+                self.commit_at[tp] = read if held is None else min(held, read)
+
+    # -- the handler ----------------------------------------------------------------------
+
+    async def _handle(self, items: list[tuple[int, Match]], letters: list[Letter]) -> None:
+        """Hand the batch's results to the handler; wait until it has asked past the last.
+        A result that makes the handler raise is dead-lettered, and the handler restarted."""
+        done = self.feed.start(items)
+        while True:
+            handler = self._handler_task
+            assert handler is not None
+            await asyncio.wait({done, handler}, return_when=asyncio.FIRST_COMPLETED)
+            if done.done():
+                self._handler_failures = 0
+                return
+            start = self._handler_failed(handler, items, letters)
+            self._start_handler()
+            if start >= len(items):
+                self.feed.finish()
+                return
+            done = self.feed.start(items, start)
+
+    def _handler_failed(
+        self, handler: asyncio.Task[None], items: list[tuple[int, Match]], letters: list[Letter]
+    ) -> int:
+        """Dead-letter what the handler was handling when it stopped; where to go on."""
+        error = None if handler.cancelled() else handler.exception()
+        at = max(self.feed.index - 1, 0)
+        self.stats.handler_restarts += 1
+        self._handler_failures += 1
+        if self._handler_failures > HANDLER_FAILURES_WITHOUT_PROGRESS:
+            raise RuntimeError(f"the handler of join {self.spec.name!r} keeps failing") from error
+        reason = f"the handler raised {error!r}" if error else "the handler returned instead of iterating"
+        log.error("tandem: join %r: %s; result dead-lettered, handler restarted", self.spec.name, reason,
+                  exc_info=error)  # fmt: skip
+        if error is None:
+            return at
+        partition, match = items[at]
+        value = orjson.dumps(
+            {
+                "left": _text(match.left),
+                "right": _text(match.right),
+                "timestamp": match.timestamp,
+            }
+        )
+        letters.append(("", partition, -1, match.key, value, Rejected(reason[:500], "handler_error")))
+        return at + 1
+
+    # -- output -------------------------------------------------------------------------------
+
+    async def _send_output(self, letters: list[Letter]) -> None:
+        """The handler's sends and the dead letters, in whole batches; then Faust's own
+        pending sends (the handler's `topic.send()`s and table updates); all acknowledged."""
+        producer = faust_internals.producer_of(self.app)
+        outbox, self.outbox[:] = list(self.outbox), []
+        acks: list[tuple[object, int]] = []
+        for (topic, partition), records in (await self._by_partition(outbox)).items():
+            acks += await start_sending(producer, topic, partition, records)
+        for partition, records in self._letters(letters).items():
+            acks += await start_sending(producer, self.spec.dead_letter_topic, partition, records)
+        for letter in letters:
+            self.stats.dead_letters[letter[5].category] += 1
+        await self.app.producer.flush()
+        for future, _ in acks:
+            await future  # type: ignore[misc]
+
+    async def _by_partition(
+        self, outbox: list[Outgoing]
+    ) -> dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]]:
+        grouped: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]] = {}
+        counts: dict[str, int] = {}
+        for topic, partition, key, value, headers in outbox:
+            if partition is None:
+                if topic not in counts:
+                    counts[topic] = len(await faust_internals.producer_of(self.app).partitions_for(topic))
+                partition = (murmur2(key) & 0x7FFFFFFF) % counts[topic]  # type: ignore[arg-type]
+            grouped.setdefault((topic, partition), []).append((key, value, headers))
+        return grouped
+
+    def _letters(self, letters: list[Letter]) -> dict[int, list[tuple[bytes | None, bytes | None, Any]]]:
+        out: dict[int, list[tuple[bytes | None, bytes | None, Any]]] = {}
+        for topic, partition, offset, key, value, why in letters:
+            letter = {
+                "join": self.spec.name,
+                "topic": topic or None,
+                "partition": partition,
+                "offset": offset if offset >= 0 else None,
+                "reason": why.reason,
+                "category": why.category,
+                "key": _text(key),
+                "value": _text(value),
+            }
+            out.setdefault(partition, []).append((key, orjson.dumps(letter), ()))
+        return out
+
+    # -- rebalances ----------------------------------------------------------------------------
+
+    async def assign(self, active: set[int], standby: set[int], epoch: int) -> None:
+        """Open, close and start restoring this join's partitions for a new assignment."""
+        await _cancel(self._restore_task)
+        self._restore_task = None
+        if self.state is None:
+            self.state = self.runtime.open_state(self.spec)
+        moves = await self.state.assign(active, standby)
+        for partition in set(self.aligner.holding()) - active:
+            self.aligner.drop_partition(partition)
+        for tp in [tp for tp in self.read_next if tp.partition not in active]:
+            self.read_next.pop(tp, None)
+            self.commit_at.pop(tp, None)
+        self.held_back = {TP(t, p) for p in moves.to_restore for t in self.spec.input_topics}
+        self.rebalances += 1
+        self.rebalance = _rebalance(moves, epoch)
+        log.info(
+            "tandem: join %r assigned actives %s standbys %s: kept %s, warm %s, cold %s; restoring %s",
+            self.spec.name, sorted(active), sorted(standby - active), moves.kept, moves.warm, moves.cold,
+            moves.to_restore,
+        )  # fmt: skip
+        self._revoking = False
+        self.start()
+        self._restore_task = asyncio.create_task(self._restore(moves.to_restore))
+
+    async def _restore(self, partitions: list[int]) -> None:
+        """Restore in the background, retrying after failures; each partition is released
+        to the fetcher as soon as it is ready."""
+        assert self.state is not None
+        rebalance = self.rebalance
+        while partitions:
+            try:
+                await self.state.restore(partitions, self._ready)
+                break
+            except Exception:
+                log.exception("tandem: join %r: restore of %s failed; retrying", self.spec.name, partitions)
+                await asyncio.sleep(1.0)
+                partitions = [p for p in partitions if p not in self.state.ready]
+        for partition, progress in self.state.recovery.progress.items():
+            if partition in rebalance.moved_warm + rebalance.moved_cold:
+                rebalance.replayed[partition] = progress.restored
+        rebalance.seconds = round(time.time() - rebalance.started, 3)
+        log.info("tandem: join %r restored: %s", self.spec.name, rebalance.as_dict())
+
+    def _ready(self, partition: int) -> None:
+        self.held_back -= {TP(t, partition) for t in self.spec.input_topics}
+        self.rebalance.replayed[partition] = self.state.recovery.progress[partition].restored  # type: ignore[union-attr]
+
+    async def quiesce(self) -> None:
+        """Before a revocation or a stop: finish the batch in flight, then drop what is
+        held or queued (read again afterwards, from the offsets Faust now commits)."""
+        self._revoking = True
+        try:
+            await asyncio.wait_for(self._working.acquire(), self.runtime.quiesce_timeout_s)
+        except TimeoutError:
+            log.error("tandem: join %r: batch still in flight; cancelled (read again)", self.spec.name)
+            await _cancel(self._loop_task)
+            self._loop_task = None
+            for partition in self.state.actives() if self.state else []:
+                self.state.discard(partition)  # type: ignore[union-attr]
+            await self._working.acquire()
+        try:
+            while not self._queue.empty():
+                self._queue.get_nowait()
+            held = self.aligner.held()
+            self.aligner.forget()
+            if held:
+                log.info("tandem: join %r: %s held records left to be read again", self.spec.name, held)
+        finally:
+            self._working.release()
+
+    # -- what the view and the assignor read ------------------------------------------------
+
+    def local_offsets(self) -> dict[int, int]:
+        if self.state is None:
+            return self.runtime.offsets_on_disk(self.spec)
+        return self.state.local_offsets()
+
+
+def _codec(spec: JoinSpec, side: Any, settings: RuntimeSettings) -> SideCodec:
+    app = spec.app
+    topic = side.topic
+    key_serializer = topic.key_serializer or app.conf.key_serializer
+    value_serializer = topic.value_serializer or app.conf.value_serializer
+
+    def loads_key(raw: bytes) -> Any:
+        return app.serializers.loads_key(topic.key_type, raw, serializer=key_serializer)
+
+    def loads_value(raw: bytes) -> Any:
+        return app.serializers.loads_value(topic.value_type, raw, serializer=value_serializer)
+
+    return SideCodec(
+        side.name,
+        key_check(topic.key_type, key_serializer, loads_key),
+        value_form(topic.value_type, value_serializer, loads_value),
+        timestamp=side.timestamp,
+        record_id=side.id,
+        validate=side.validate,
+        max_value_bytes=spec.max_value_bytes,
+    )
+
+
+def _rebalance(moves: Moves, epoch: int) -> Rebalance:
+    return Rebalance(
+        epoch=epoch,
+        started=moves.started,
+        kept=moves.kept,
+        moved_warm=moves.warm,
+        moved_cold=moves.cold,
+        seconds=None if moves.to_restore else 0.0,
+    )
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+async def _cancel(task: asyncio.Task[Any] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+# -- the runtime of an app --------------------------------------------------------------
+
+
+class Runtime:
+    """Every join of one app: the consumer's record taker, rebalance hooks, state, views."""
+
+    def __init__(self, app: AppT, settings: RuntimeSettings | None = None) -> None:
+        self.app = app
+        self.settings = settings or RuntimeSettings.from_env()
+        self.runners: dict[str, JoinRunner] = {}
+        self._by_topic: dict[str, JoinRunner] = {}
+        self.serializers = Serializers(app)
+        self._offsets: dict[str, dict[int, int]] = {}  # read by the assignor's thread
+        self._installed = False
+        self._timer: asyncio.Task[None] | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.settings.data_dir or Path(self.app.conf.datadir) / "tandem-joins"
+
+    @property
+    def quiesce_timeout_s(self) -> float:
+        return max(1.0, min(10.0, float(self.app.conf.broker_session_timeout) * 0.5))
+
+    def specs(self) -> list[JoinSpec]:
+        return [r.spec for r in self.runners.values()]
+
+    def add(self, spec: JoinSpec) -> None:
+        """Register a declared join (at import time: nothing is read or started here)."""
+        if not self._installed:
+            self._install()
+        runner = JoinRunner(spec, self)
+        self.runners[spec.name] = runner
+        for topic in spec.input_topics:
+            self._by_topic[topic] = runner
+        from assignor.faust_adapter import declare_join
+
+        declare_join(
+            self.app, topics=[*spec.input_topics, *spec.table_changelogs()], changelog=spec.changelog_topic
+        )
+        for topic in (spec.left.topic, spec.right.topic):
+            self.app.topics.add(topic)  # Faust subscribes the consumer to what its conductor holds
+
+    def _install(self) -> None:
+        from assignor.faust_adapter import install
+
+        install(self.app, local_offsets=self.local_offsets)
+        faust_internals.set_record_taker(self.app, self)
+        faust_internals.add_start_check(self.app, self._before_joining)
+        self.app.on_partitions_assigned.connect(self._on_assigned)
+        self.app.on_before_shutdown.connect(self._on_shutdown)
+        if self.app.conf.web_enabled:
+            from tables.view import register_views
+
+            register_views(self.app, self)
+        self._installed = True
+
+    # -- RecordTaker (called by the consumer, on the app's loop) --------------------------
+
+    def takes(self, topic: str) -> bool:
+        return topic in self._by_topic
+
+    async def take(self, records: dict[TP, list[Any]]) -> None:
+        by_runner: dict[str, dict[TP, list[Any]]] = {}
+        for tp, found in records.items():
+            by_runner.setdefault(self._by_topic[tp.topic].spec.name, {})[tp] = found
+        for name, taken in by_runner.items():
+            await self.runners[name].take(taken)
+
+    def held_back(self) -> set[TP]:
+        held: set[TP] = set()
+        for runner in self.runners.values():
+            held |= runner.held_back
+        return held
+
+    def commit_offset(self, tp: TP) -> int | None:
+        return self._by_topic[tp.topic].commit_at.get(tp)
+
+    def progressed(self) -> Iterable[TP]:
+        committed = faust_internals.committed_offsets(self.app)
+        for runner in self.runners.values():
+            for tp, offset in list(runner.commit_at.items()):
+                if offset > (committed.get(tp) or 0):
+                    yield tp
+
+    async def quiesce(self) -> None:
+        await asyncio.gather(*(r.quiesce() for r in self.runners.values()))
+
+    # -- start-up and rebalances ---------------------------------------------------------------
+
+    async def _before_joining(self, bootstrap: list[str]) -> None:
+        """Before the worker joins its group: partition counts, the join's own topics, and
+        the local offsets found on disk (reported at the first JoinGroup)."""
+        from tables.startup import prepare_topics
+
+        for runner in self.runners.values():
+            runner.partitions = await prepare_topics(runner.spec, ",".join(bootstrap))
+        self.refresh_offsets()
+
+    async def _on_assigned(self, sender: AppT, assigned: set[TP], **kwargs: Any) -> None:
+        assignor = self.app.assignor
+        standby_tps = set(assignor.assigned_standbys())
+        epoch = int(getattr(assignor, "epoch", 0) or 0)
+        for runner in self.runners.values():
+            topics = {*runner.spec.input_topics, runner.spec.changelog_topic}
+            active = {tp.partition for tp in assigned if tp.topic == runner.spec.left.name}
+            standby = {tp.partition for tp in standby_tps if tp.topic in topics}
+            await runner.assign(active, standby, epoch)
+        self.refresh_offsets()
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._refresh_offsets_every())
+
+    async def _on_shutdown(self, sender: AppT, **kwargs: Any) -> None:
+        await _cancel(self._timer)
+        for runner in self.runners.values():
+            await runner.stop()
+
+    # -- local state --------------------------------------------------------------------------
+
+    def open_state(self, spec: JoinSpec) -> JoinState:
+        return JoinState(
+            ",".join(faust_internals.server_list(self.app.conf.broker, 9092)),
+            spec.changelog_topic,
+            self.data_dir,
+            window=spec.window,
+            join_type=spec.join_type,
+            ids=spec.left.id is not None or spec.right.id is not None,
+            table=spec.name,
+            sync_writes=self.settings.sync_writes,
+            stall_timeout_s=self.settings.restore_stall_s,
+        )
+
+    def offsets_on_disk(self, spec: JoinSpec) -> dict[int, int]:
+        return JoinState(
+            "",
+            spec.changelog_topic,
+            self.data_dir,
+            window=spec.window,
+            join_type=spec.join_type,
+            table=spec.name,
+        ).local_offsets()
+
+    def local_offsets(self) -> dict[str, dict[int, int]]:
+        """Changelog offsets of the state on this disk, per join changelog (the assignor
+        reads this at every JoinGroup, on the consumer's thread: a cached value)."""
+        return self._offsets
+
+    def refresh_offsets(self) -> None:
+        self._offsets = {r.spec.changelog_topic: r.local_offsets() for r in self.runners.values()}
+
+    async def _refresh_offsets_every(self) -> None:
+        while True:
+            await asyncio.sleep(OFFSETS_REFRESH_S)
+            self.refresh_offsets()
+
+
+_runtimes: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()
+
+
+def runtime_of(app: AppT) -> Runtime:
+    """The app's join runtime (made at its first join)."""
+    runtime = _runtimes.get(app)
+    if runtime is None:
+        faust_internals.check()
+        runtime = _runtimes[app] = Runtime(app)
+    return runtime
+
+
+async def create_join_topics(spec: JoinSpec, bootstrap: str, partitions: int, replication: int = 1) -> None:
+    """The join's changelog and dead-letter topic, with the inputs' partition count."""
+    w = spec.window
+    retention = w.before + w.after + w.grace + DAY_MS  # Kafka Streams' window store default
+    await create_topics(
+        bootstrap,
+        {spec.changelog_topic: partitions, spec.dead_letter_topic: partitions},
+        {spec.changelog_topic: changelog_configs(retention)},
+        replication,
+    )

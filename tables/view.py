@@ -1,0 +1,197 @@
+"""A worker's own view of its joins: `/tandem/` (JSON) and `/tandem/html` (a page)."""
+
+from __future__ import annotations
+
+import os
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+from faust.types import TP, AppT
+from faust.web import Request, Response, View
+
+if TYPE_CHECKING:
+    from tables.runtime import JoinRunner, Runtime
+
+
+def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
+    """This worker, its assignment and every join it runs (the JSON of /tandem/)."""
+    assignor = app.assignor
+    settings = getattr(assignor, "settings", None)
+    host = getattr(settings, "host", "") or ""
+    return {
+        "worker": os.environ.get("TANDEM_WORKER") or f"{host}:{app.conf.web_port}",
+        "host": host,
+        "rack": getattr(settings, "rack", "") or "",
+        "app_id": app.conf.id,
+        "url": str(app.conf.canonical_url),
+        "assignor": "tandem" if hasattr(assignor, "joins") else "stock",
+        "epoch": getattr(assignor, "epoch", None),
+        "wire": _wire(app),
+        "assignment": _assignment(app),
+        "group_rebalance": _group_rebalance(app),
+        "joins": {name: join_view(app, runner) for name, runner in sorted(runtime.runners.items())},
+    }
+
+
+def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
+    spec, stats, state = runner.spec, runner.stats, runner.state
+    actives = state.actives() if state else []
+    ready = [p for p in actives if state and p in state.ready]
+    operators = [state.active(p).join for p in ready] if state else []
+    restoring = state.restoring() if state else {}
+    return {
+        "inputs": list(spec.input_topics),
+        "how": spec.join_type.value,
+        "window_ms": {"before": spec.window.before, "after": spec.window.after, "grace": spec.window.grace},
+        "changelog": spec.changelog_topic,
+        "dead_letter_topic": spec.dead_letter_topic,
+        "partitions": runner.partitions,
+        "actives": actives,
+        "standbys": state.standbys() if state else [],
+        "restoring": {
+            str(p): {"restored": r.restored, "to_go": r.to_go, "seconds": round(r.seconds, 3)}
+            for p, r in sorted(restoring.items())
+        },
+        "lag": {str(p): _lag(app, runner, p) for p in actives},
+        "standby_lag": {str(p): n for p, n in sorted(state.recovery.standby_lag.items())} if state else {},
+        "results": stats.results,
+        "joined": {str(p): stats.results_by_partition.get(p, 0) for p in actives},
+        "read": stats.read,
+        "null_values": stats.null_values,
+        "dead_letters": sum(stats.dead_letters.values()),
+        "dead_letters_by_category": {c: n for c, n in stats.dead_letters.items() if n},
+        "held": runner.aligner.held(),
+        "forced": runner.aligner.forced,
+        "late": sum(j.late for j in operators),
+        "duplicates": sum(j.duplicates for j in operators),
+        "handler_restarts": stats.handler_restarts,
+        "rebalances": runner.rebalances,
+        "last_rebalance": runner.rebalance.as_dict(),
+        "events": list(state.recovery.events) if state else [],
+    }
+
+
+def _lag(app: AppT, runner: JoinRunner, partition: int) -> int | None:
+    """Input records not yet taken into a batch, over both inputs (None: end unknown yet)."""
+    committed = getattr(app.consumer, "_committed_offset", {})
+    total = 0
+    for topic in runner.spec.input_topics:
+        tp = TP(topic, partition)
+        try:
+            high = app.consumer.highwater(tp)
+        except Exception:
+            return None
+        if high is None:
+            return None
+        position = runner.read_next.get(tp, committed.get(tp) or 0)
+        total += max(0, high - position)
+    return total
+
+
+def _wire(app: AppT) -> dict[str, list[int]]:
+    """The Kafka-protocol assignment this member holds, by topic."""
+    found: dict[str, list[int]] = {}
+    try:
+        tps = app.consumer.assignment()
+    except Exception:  # not started yet
+        return found
+    for tp in tps:
+        found.setdefault(tp.topic, []).append(tp.partition)
+    return {topic: sorted(parts) for topic, parts in sorted(found.items())}
+
+
+def _assignment(app: AppT) -> dict[str, dict[str, list[int]]]:
+    """The assignor's view of this member (with Tandem it includes the changelogs)."""
+    found: dict[str, dict[str, list[int]]] = {"active": {}, "standby": {}}
+    for kind, tps in (
+        ("active", app.assignor.assigned_actives()),
+        ("standby", app.assignor.assigned_standbys()),
+    ):
+        for tp in tps:
+            found[kind].setdefault(tp.topic, []).append(tp.partition)
+    return {k: {t: sorted(p) for t, p in sorted(v.items())} for k, v in found.items()}
+
+
+def _group_rebalance(app: AppT) -> dict[str, Any] | None:
+    """The whole group's last rebalance as the Tandem planner counted it (None on stock)."""
+    info = getattr(app.assignor, "last_rebalance", None)
+    if info is None:
+        return None
+    stats = info.stats
+    return {
+        "epoch": info.epoch,
+        "protocol": info.protocol,
+        "tasks": stats.tasks,
+        "kept": stats.kept,
+        "moved_warm": stats.moved_warm,
+        "moved_cold": stats.moved_cold,
+        "plan_ms": stats.plan_ms,
+    }
+
+
+# -- the page -----------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(_cell(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render_html(view: dict[str, Any]) -> str:
+    """The same data as the JSON, for a person."""
+    parts = [
+        f"<h1>Tandem worker {escape(str(view['worker']))}</h1>",
+        f"<p>app {escape(view['app_id'])} · host {escape(view['host'])} · rack {escape(view['rack'] or '—')}"
+        f" · assignor {escape(view['assignor'])} · generation {escape(_cell(view['epoch']))}</p>",
+    ]
+    for name, j in view["joins"].items():
+        rebalance = j["last_rebalance"]
+        parts.append(f"<h2>Join {escape(name)}: {escape(' ⋈ '.join(j['inputs']))} ({escape(j['how'])})</h2>")
+        rows = [
+            ["active partitions", j["actives"]],
+            ["standby partitions", j["standbys"]],
+            ["restoring", j["restoring"]],
+            ["input lag (records)", j["lag"]],
+            ["standby lag (records)", j["standby_lag"]],
+            ["results", j["results"]],
+            ["dead letters", j["dead_letters_by_category"] or 0],
+            [
+                "late / duplicates / null values",
+                f"{j['late']} / {j['duplicates']} / {sum(j['null_values'].values())}",
+            ],
+            ["held for event-time order", j["held"]],
+            ["last rebalance: kept", rebalance["kept"]],
+            ["last rebalance: moved warm", rebalance["moved_warm"]],
+            ["last rebalance: moved cold", rebalance["moved_cold"]],
+            ["last rebalance: replayed, seconds", f"{rebalance['replayed']}, {_cell(rebalance['seconds'])}"],
+        ]
+        parts.append(_table(["", ""], rows))
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='2'>"
+        f"<title>Tandem worker {escape(str(view['worker']))}</title>"
+        "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
+        "table{border-collapse:collapse;margin-bottom:1em}</style></head><body>"
+        + "".join(parts)
+        + "</body></html>"
+    )
+
+
+def register_views(app: AppT, runtime: Runtime) -> None:
+    @app.page("/tandem/", name="tandem-view")
+    async def status(web: View, request: Request) -> Response:
+        return web.json(worker_view(app, runtime))
+
+    @app.page("/tandem/html", name="tandem-html")
+    async def status_html(web: View, request: Request) -> Response:
+        return web.html(render_html(worker_view(app, runtime)))

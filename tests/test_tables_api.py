@@ -1,0 +1,108 @@
+"""Declaring joins (tables.join): what a user may write, and the errors that name the problem."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import faust
+import pytest
+
+from assignor.faust_adapter import TandemAssignor, tandem
+from tables import JoinDeclarationError, JoinInput, JoinResults, join
+from tables.operator import JoinType, JoinWindow
+from tables.runtime import runtime_of
+
+
+def new_app(**conf: Any) -> faust.App:
+    return faust.App(
+        f"api-{uuid.uuid4().hex[:8]}", broker="kafka://127.0.0.1:1", PartitionAssignor=TandemAssignor, **conf
+    )
+
+
+async def handler(results: JoinResults[Any, Any, Any]) -> None:
+    async for _ in results:
+        pass
+
+
+def test_a_join_declares_its_topics_window_and_co_partition_group() -> None:
+    app = new_app()
+    orders, payments = app.topic("orders", key_type=int), app.topic("payments", key_type=int)
+    totals = app.Table("totals", default=int)
+
+    @join(app, orders, payments, within=timedelta(minutes=10), grace=60, how="left", tables=[totals])
+    async def paid_orders(results: JoinResults[int, Any, Any]) -> None:
+        async for _ in results:
+            pass
+
+    assert paid_orders.name == "paid-orders"
+    assert paid_orders.window == JoinWindow(before=600_000, after=600_000, grace=60_000)
+    assert paid_orders.join_type is JoinType.LEFT
+    assert paid_orders.changelog_topic == f"{app.conf.id}-paid-orders-changelog"
+    assert paid_orders.dead_letter_topic == f"{app.conf.id}-paid-orders-dead-letters"
+    (declared,) = tandem(app).joins
+    assert declared.changelog == paid_orders.changelog_topic
+    assert set(declared.topics) == {"orders", "payments", f"{app.conf.id}-totals-changelog"}
+    assert runtime_of(app).takes("orders") and not runtime_of(app).takes("totals")
+
+
+def test_before_and_after_are_relative_to_the_left_record() -> None:
+    app = new_app()
+    spec = join(app, app.topic("a"), app.topic("b"), before=0, after=timedelta(seconds=5), name="x")(handler)
+    assert spec.window == JoinWindow(before=0, after=5000, grace=0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "a join needs a window"),
+        ({"within": 1, "after": 2}, "not both"),
+        ({"within": -1}, "must not be negative"),
+        ({"within": "10m"}, "timedelta or seconds"),
+        ({"within": 1, "how": "cross"}, "how='cross'"),
+        ({"within": 1, "name": "has space"}, "join name 'has space'"),
+        ({"within": 1, "partitioner": "fnv"}, "partitioner='fnv'"),
+    ],
+)
+def test_bad_declarations_say_what_is_wrong(options: dict[str, Any], message: str) -> None:
+    app = new_app()
+    with pytest.raises(JoinDeclarationError, match=message):
+        join(app, app.topic("a"), app.topic("b"), **options)(handler)
+
+
+def test_inputs_that_cannot_be_joined_are_refused() -> None:
+    app = new_app()
+    with pytest.raises(JoinDeclarationError, match="self-join"):
+        join(app, app.topic("a"), app.topic("a"), within=1)(handler)
+    with pytest.raises(JoinDeclarationError, match="one partition count"):
+        join(app, app.topic("a", partitions=4), app.topic("b", partitions=8), within=1)(handler)
+    with pytest.raises(JoinDeclarationError, match="one topic"):
+        join(app, app.topic("a", "b"), app.topic("c"), within=1)(handler)
+    join(app, app.topic("a"), app.topic("b"), within=1, name="first")(handler)
+    with pytest.raises(JoinDeclarationError, match="both read"):
+        join(app, app.topic("a"), app.topic("c"), within=1, name="second")(handler)
+    with pytest.raises(JoinDeclarationError, match="two joins named"):
+        join(app, app.topic("x"), app.topic("y"), within=1, name="first")(handler)
+    with pytest.raises(JoinDeclarationError, match="global"):
+        join(app, app.topic("x"), app.topic("y"), within=1, tables=[app.GlobalTable("g")])(handler)
+
+
+def test_per_input_options_win_over_join_wide_ones() -> None:
+    app = new_app()
+    spec = join(
+        app,
+        JoinInput(app.topic("a"), timestamp="created"),
+        app.topic("b"),
+        within=1,
+        timestamp="ts",
+        id="id",
+    )(handler)
+    assert (spec.left.timestamp, spec.right.timestamp) == ("created", "ts")
+    assert spec.left.id == spec.right.id == "id"
+
+
+def test_joins_need_tandems_assignor() -> None:
+    app = faust.App(f"stock-{uuid.uuid4().hex[:8]}", broker="kafka://127.0.0.1:1")
+    with pytest.raises(Exception, match="PartitionAssignor"):
+        join(app, app.topic("a"), app.topic("b"), within=1)(handler)
