@@ -24,7 +24,7 @@ from rocksdict import AccessType, Options, Rdict
 from tables.changelog import JoinTables, caught_up
 from tables.join import JoinType, JoinWindow
 from tables.records import Rejected, validate
-from tables.store import PartitionStore
+from tables.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore
 
 Record = tuple[str, dict[str, Any]]  # (side, value)
 
@@ -89,8 +89,10 @@ def dump(path: Path) -> dict[bytes, bytes]:
 
 
 def comparable(state: dict[bytes, bytes]) -> dict[bytes, bytes]:
-    """State without what legitimately differs between runs: checkpoint and input offsets."""
-    return {k: v for k, v in state.items() if k != b"checkpoint" and not k.startswith(b"m:in:")}
+    """State without the store's own keys (checkpoint, format) and input offsets, which
+    legitimately differ between runs or are not join state."""
+    own = (CHECKPOINT_KEY, FORMAT_KEY)
+    return {k: v for k, v in state.items() if k not in own and not k.startswith(b"m:in:")}
 
 
 def ad_data(auctions: int, after: int, seed: int = 7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
