@@ -283,8 +283,8 @@ class PartitionStore:
         # expiry leaves runs of them between join keys: seeks went from ~2 to ~70 us.
         options = ReadOptions()
         options.set_iterate_upper_bound(hi)
+        iterator = self._db.iter(options)
         try:
-            iterator = self._db.iter(options)
             iterator.seek(lo)
             while iterator.valid():
                 yield iterator.key(), iterator.value()
@@ -292,6 +292,9 @@ class PartitionStore:
             # An iterator that hit a bad block can just stop being valid: only status() says so.
             iterator.status()
         except Exception as error:
+            # The error's traceback keeps this frame, and a live iterator keeps the database
+            # (and its LOCK) open past close(): a rebuild at the same path would then fail.
+            del iterator
             raise self._read_error(error) from error
 
     def write(self, changes: Mapping[bytes, bytes | None], checkpoint: int | None) -> None:

@@ -322,10 +322,11 @@ def test_a_corrupt_block_found_while_reading_is_a_store_corrupt_error(tmp_path: 
             for n in range(PER_BATCH):
                 store.get(record(batch, n)[0])
     assert raised.value.reason == "corruption_while_open" and "checksum mismatch" in raised.value.detail
-    with pytest.raises(StoreCorruptError):
+    with pytest.raises(StoreCorruptError) as in_scan:
         records_in(store)
     before = damage_counts().get("corruption_while_open", 0)
-    fresh = rebuild_store(store, raised.value)
+    # The error's traceback holds the scan's frame: its iterator must not keep RocksDB open.
+    fresh = rebuild_store(store, in_scan.value)
     assert fresh.damage is not None and fresh.damage.moved_to.is_dir()
     assert fresh.checkpoint is None and records_in(fresh) == 0
     assert damage_counts()["corruption_while_open"] == before + 1
