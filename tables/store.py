@@ -373,8 +373,11 @@ class PartitionStore:
 
     def _has_any_key(self) -> bool:
         iterator = self._db.iter()
-        iterator.seek_to_first()
-        return bool(iterator.valid())
+        try:
+            iterator.seek_to_first()
+            return bool(iterator.valid())
+        finally:
+            del iterator  # not kept by a traceback: it would hold the database open (see scan)
 
     def _read_checkpoint_value(self) -> int | None:
         raw = self._db.get(CHECKPOINT_KEY)
