@@ -55,7 +55,7 @@ _M = 0x5BD1E995
 _MASK32 = 0xFFFFFFFF
 _POSITIVE = 0x7FFFFFFF  # Java's Utils.toPositive: clear the sign bit (not abs())
 _NP_M = np.uint32(_M)
-_FEW_KEYS = 8  # below this, murmur2_many hashes key by key (benchmarks/bench_partitioners.py)
+_FEW_KEYS = 8  # below this, hash key by key in Python (benchmarks/bench_partitioners.py)
 
 
 class Misplaced(NamedTuple):
@@ -222,6 +222,13 @@ def find_misplaced(
         return []
     if not 0 <= partition < partitions:
         raise ValueError(f"partition {partition} is not one of the topic's {partitions}")
+    if len(keys) < _FEW_KEYS:  # numpy's fixed cost is more than a few keys in Python
+        return [
+            Misplaced(i, expected)
+            for i, key in enumerate(keys)
+            if _judged(key, partitioner)
+            and (expected := partition_for(key, partitions, partitioner)) != partition  # type: ignore[arg-type]
+        ]
     try:
         expected = partitions_for(keys, partitions, partitioner)  # type: ignore[arg-type]
     except TypeError:
