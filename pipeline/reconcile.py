@@ -48,7 +48,7 @@ STATUSES = ["matched", "different", "missing", "extra", "duplicates"]
 
 
 @dataclass
-class Misplaced:
+class MisplacedInputs:
     """Input records found on a partition their key does not belong to."""
 
     partitioner: str
@@ -69,7 +69,7 @@ class Report:
     allow_duplicates: bool = False
     unreadable: int = 0
     notes: list[str] = field(default_factory=list)
-    misplaced: Misplaced | None = None  # None: the input was not read (--expected)
+    misplaced: MisplacedInputs | None = None  # None: the input was not read (--expected)
     allow_misplaced: bool = False
 
     @property
@@ -189,7 +189,7 @@ def compare(expected: DataFrame, actual: DataFrame, examples: int = 20) -> Repor
 
 def misplaced_inputs(
     output: JoinOutput, topics: dict[str, str], partitioner: str, examples: int = 20
-) -> Misplaced:
+) -> MisplacedInputs:
     """The reference's misplaced input records, by topic (`topics`: side -> topic name)."""
     from pyspark.sql import functions as F
 
@@ -209,7 +209,7 @@ def misplaced_inputs(
          "key": bytes(r["key"]).decode("utf-8", errors="replace")}
         for r in shown
     ]  # fmt: skip
-    return Misplaced(partitioner, by_topic, by_partition, sample)
+    return MisplacedInputs(partitioner, by_topic, by_partition, sample)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _expected(spark: SparkSession, args: argparse.Namespace) -> tuple[DataFrame, Misplaced | None]:
+def _expected(spark: SparkSession, args: argparse.Namespace) -> tuple[DataFrame, MisplacedInputs | None]:
     """The reference results, and the misplaced input records when the input was read."""
     if args.expected:
         return spark.read.parquet(str(args.expected)), None

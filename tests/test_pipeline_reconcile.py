@@ -15,7 +15,7 @@ from app.broker import EmbeddedBroker, create_topics
 from pipeline import join, reconcile
 from pipeline.join import load_topics, reference_join
 from pipeline.produce import produce
-from pipeline.reconcile import Misplaced, Report
+from pipeline.reconcile import MisplacedInputs, Report
 from pipeline.semantics import JoinParams
 from tests.spark_fixtures import busy_traffic, produce_values, spark_session
 
@@ -145,8 +145,8 @@ def test_misplaced_inputs_are_their_own_category(
 
 def test_misplaced_inputs_fail_unless_allowed() -> None:
     totals = {"matched": 5, "different": 0, "missing": 0, "extra": 0, "duplicates": 0}
-    lost = Misplaced("murmur2", {"imp": 0, "clk": 3}, [], [])
-    none = Misplaced("murmur2", {"imp": 0, "clk": 0}, [], [])
+    lost = MisplacedInputs("murmur2", {"imp": 0, "clk": 3}, [], [])
+    none = MisplacedInputs("murmur2", {"imp": 0, "clk": 0}, [], [])
     assert not Report(totals, [], [], misplaced=lost).ok
     assert Report(totals, [], [], misplaced=lost, allow_misplaced=True).ok
     assert Report(totals, [], [], misplaced=none).ok
