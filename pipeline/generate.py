@@ -4,9 +4,10 @@ Each auction has one impression; a share `ctr` also gets a click, some seconds
 later. Records arrive in an order of their own: a little jitter for all, more
 for an out-of-order share, far more for a late share (past the join's grace),
 plus duplicate deliveries and malformed records. The output is what the two
-topics would hold: per record its Kafka `partition` (murmur2 of the key, as
-aiokafka's default partitioner), the raw `key` and `value` bytes, and `seq`, the
-record's place in the merged arrival order of both topics on that partition.
+topics would hold: per record its Kafka `partition` (murmur2 of the key, as the
+Java client and aiokafka choose it: `tables.partitioners`), the raw `key` and
+`value` bytes, and `seq`, the record's place in the merged arrival order of both
+topics on that partition.
 `seq` lets the batch twin reproduce stream time and lateness exactly.
 
 Layout: OUT/topic=impressions/*.parquet, OUT/topic=clicks/*.parquet, OUT/_tandem.json.
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.partitioner import partitions_for
+from tables.partitioners import partitions_for
 
 CHUNK_SCHEMA = (
     "topic string, partition int, arrival_ms long, tiebreak double, key binary, value binary"
@@ -143,7 +144,7 @@ def generate_chunk(cfg: TrafficConfig, chunk: int) -> pd.DataFrame:
         ],
         ignore_index=True,
     )
-    frame["partition"] = partitions_for(frame["key"].tolist(), cfg.partitions)
+    frame["partition"] = partitions_for(frame["key"].tolist(), cfg.partitions, "murmur2")
     return frame[["topic", "partition", "arrival_ms", "tiebreak", "key", "value"]]
 
 

@@ -4,6 +4,9 @@ Same window, grace, inner/left/outer semantics and bad-record rules as the
 stream (docs/join-semantics.md), computed in bulk instead of record by record
 (`pipeline.semantics` is the record-by-record statement it is tested against):
 
+0. a record whose key belongs to another partition than the one it was read from
+   (under `params.partitioner`; `tables.partitioners.find_misplaced`, the stream's
+   check) is *misplaced*: skipped before anything else, reported on its own;
 1. decode every record with `tables.records.validate`; skip the rejected ones;
 2. stream time before each record = the running max of `ts` over the records
    before it in the partition's arrival order (`seq`);
@@ -19,6 +22,7 @@ stream (docs/join-semantics.md), computed in bulk instead of record by record
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -28,16 +32,22 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from pipeline.semantics import JoinParams
+from pipeline.generate import META_FILE
+from pipeline.kafka import offsets
 from pipeline.records import Rejected, validate
+from pipeline.semantics import JoinParams
+from tables.partitioners import PARTITIONERS, Partitioner, find_misplaced, misplaced_reason
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 INPUT_COLUMNS = ["partition", "seq", "side", "key", "value"]
+# Optional input column: the partition count of the record's topic. Where it is given,
+# records on the wrong partition for their key are found (`belongs_to`, `misplaced`).
+PARTITIONS = "partitions"
 DECODED_SCHEMA = (
     "partition int, seq long, side string, event_id string, auction_id string, "
-    "campaign_id string, ts long, reason string"
+    "campaign_id string, ts long, reason string, belongs_to int, key binary"
 )
 RESULT_COLUMNS = [
     "join_id", "auction_id", "campaign_id", "impression_id", "click_id",
@@ -45,41 +55,76 @@ RESULT_COLUMNS = [
 ]  # fmt: skip
 
 
+def misplaced_rows(batch: pd.DataFrame, partitioner: Partitioner) -> dict[int, int]:
+    """Row position -> the partition its key belongs to, for the misplaced rows of `batch`
+    (the stream's check, fetch by fetch: one call per partition of each topic)."""
+    if partitioner == "none" or PARTITIONS not in batch.columns:
+        return {}
+    keys = batch["key"].to_numpy()
+    found: dict[int, int] = {}
+    groups = batch.groupby(["partition", PARTITIONS], sort=False).indices  # null counts: unchecked
+    for (partition, partitions), rows in groups.items():
+        for m in find_misplaced(list(keys[rows]), int(partition), int(partitions), partitioner):
+            found[int(rows[m.index])] = m.expected
+    return found
+
+
 def decode_batches(
-    batches: Iterator[pd.DataFrame], now_ms: int | None
+    batches: Iterator[pd.DataFrame], now_ms: int | None, partitioner: Partitioner = "none"
 ) -> Iterator[pd.DataFrame]:
-    """Validate raw records with the one shared function; keep the reason for rejects."""
+    """Validate raw records with the one shared function; keep the reason for rejects.
+
+    Misplaced records (see `misplaced_rows`) are not decoded: their reason names both
+    partitions, `belongs_to` is where their key belongs, `key` is kept to report them.
+    """
     for batch in batches:
+        misplaced = misplaced_rows(batch, partitioner)
         rows = []
-        for side, key, value in zip(batch["side"], batch["key"], batch["value"], strict=True):
+        columns = zip(batch["partition"], batch["side"], batch["key"], batch["value"], strict=True)
+        for i, (partition, side, key, value) in enumerate(columns):
+            if i in misplaced:
+                reason = misplaced_reason(int(partition), misplaced[i], partitioner)
+                rows.append((None, None, None, None, reason, misplaced[i], key))
+                continue
             found = validate(side, key, value, now_ms)
             if isinstance(found, Rejected):
-                rows.append((None, None, None, None, found.reason))
+                rows.append((None, None, None, None, found.reason, None, None))
             else:
                 rows.append((found["event_id"], found["auction_id"],
-                             found.get("campaign_id"), found["ts"], None))
+                             found.get("campaign_id"), found["ts"], None, None, None))
         decoded = pd.DataFrame(
-            rows, columns=["event_id", "auction_id", "campaign_id", "ts", "reason"]
+            rows,
+            columns=["event_id", "auction_id", "campaign_id", "ts", "reason", "belongs_to", "key"],
         )
         decoded["ts"] = decoded["ts"].astype("Int64")
+        decoded["belongs_to"] = decoded["belongs_to"].astype("Int32")
         yield pd.concat(
             [batch[["partition", "seq", "side"]].reset_index(drop=True), decoded], axis=1
         )
 
 
 def load_parquet(spark: SparkSession, path: str) -> DataFrame:
-    """Generator output (or any Parquet with topic, partition, seq, key, value)."""
+    """Generator output (or any Parquet with topic, partition, seq, key, value).
+
+    The generator's partition count (its `_tandem.json`), when there, goes in `partitions`.
+    """
     from pyspark.sql import functions as F
 
     df = spark.read.parquet(path)
     side = F.when(F.col("topic") == "impressions", "left").when(F.col("topic") == "clicks", "right")
-    return df.withColumn("side", side).select(*INPUT_COLUMNS)
+    df = df.withColumn("side", side)
+    meta = Path(path) / META_FILE
+    if not meta.exists():
+        return df.select(*INPUT_COLUMNS)
+    partitions = int(json.loads(meta.read_text())["config"]["partitions"])
+    return df.select(*INPUT_COLUMNS, F.lit(partitions).alias(PARTITIONS))
 
 
 def load_topics(
     spark: SparkSession, bootstrap: str, impressions: str, clicks: str, split: int = 500_000
 ) -> DataFrame:
-    """Both input topics through the `tandem-topic` source, with a merged arrival order.
+    """Both input topics through the `tandem-topic` source, with a merged arrival order
+    and each topic's partition count (`partitions`).
 
     The order within a partition is the `seq` header when the producer wrote one
     (`pipeline produce`), else the record timestamp, impressions before clicks on a
@@ -87,6 +132,8 @@ def load_topics(
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
+    counts = partition_counts(bootstrap, [impressions, clicks])
 
     raw = (
         spark.read.format("tandem-topic")
@@ -99,18 +146,26 @@ def load_topics(
     order = Window.partitionBy("partition").orderBy(
         F.col("seq").asc_nulls_first(), "timestamp", "side", "offset"
     )
+    partitions = F.when(F.col("topic") == impressions, counts[impressions]).otherwise(counts[clicks])
     return (
         raw.withColumn("side", side)
         .withColumn("seq", F.row_number().over(order) - 1)
-        .select(*INPUT_COLUMNS)
+        .select(*INPUT_COLUMNS, partitions.alias(PARTITIONS))
     )
+
+
+def partition_counts(bootstrap: str, topics: list[str]) -> dict[str, int]:
+    """How many partitions each topic has (from the cluster's metadata)."""
+    bounds = offsets(bootstrap, topics)
+    return {t: sum(1 for name in bounds if name.rsplit(":", 1)[0] == t) for t in topics}
 
 
 @dataclass
 class JoinOutput:
     results: DataFrame
     accepted: DataFrame  # decoded records that are neither late nor duplicates
-    decoded: DataFrame  # every decoded record, with `reason`, `late` and `duplicate`
+    decoded: DataFrame  # every valid or misplaced record, with `late`, `duplicate`, `misplaced`
+    misplaced: DataFrame  # records on the wrong partition: side, partition, belongs_to, key, reason
 
 
 def _close(params: JoinParams) -> Column:
@@ -121,14 +176,19 @@ def _close(params: JoinParams) -> Column:
 
 
 def classify(records: DataFrame, params: JoinParams) -> DataFrame:
-    """Decode, then mark each valid record late or duplicate as the stream would."""
+    """Decode, then mark each valid record late or duplicate as the stream would.
+
+    Misplaced records stay in (flag `misplaced`, no `ts`: they move no stream time),
+    so that one pass of Python finds them and decodes the rest.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     decoded = records.mapInPandas(
-        lambda batches: decode_batches(batches, params.now_ms), DECODED_SCHEMA
+        lambda batches: decode_batches(batches, params.now_ms, params.partitioner), DECODED_SCHEMA
     )
-    valid = decoded.filter(F.col("reason").isNull())
+    misplaced = F.col("belongs_to").isNotNull()
+    valid = decoded.filter(F.col("reason").isNull() | misplaced).withColumn("misplaced", misplaced)
     before = (
         Window.partitionBy("partition").orderBy("seq")
         .rowsBetween(Window.unboundedPreceding, -1)
@@ -144,7 +204,7 @@ def classify(records: DataFrame, params: JoinParams) -> DataFrame:
     on_time = F.when(~F.col("late"), F.col("seq"))
     return with_time.withColumn(
         "duplicate",
-        ~F.col("late") & (F.min(on_time).over(first.rowsBetween(
+        ~F.col("late") & ~F.col("misplaced") & (F.min(on_time).over(first.rowsBetween(
             Window.unboundedPreceding, Window.unboundedFollowing)) < F.col("seq")),
     )
 
@@ -236,7 +296,10 @@ def reference_join(records: DataFrame, params: JoinParams) -> JoinOutput:
 
     # Decoding runs Python over every record: do it once, not once per branch below.
     decoded = classify(records, params).persist(StorageLevel.MEMORY_AND_DISK)
-    accepted = decoded.filter(~F.col("late") & ~F.col("duplicate"))
+    accepted = decoded.filter(~F.col("late") & ~F.col("duplicate") & ~F.col("misplaced"))
+    misplaced = decoded.filter(F.col("misplaced")).select(
+        "side", "partition", "seq", "belongs_to", "key", "reason"
+    )
     pairs = _pairs(accepted, params)
     results = _as_results(pairs, "inner")
     if params.kind in ("left", "outer"):
@@ -245,7 +308,7 @@ def reference_join(records: DataFrame, params: JoinParams) -> JoinOutput:
         for side in sides:
             unmatched = _unmatched(accepted, pairs, final_time, side)
             results = results.unionByName(_as_results(unmatched, side))
-    return JoinOutput(results.select(*RESULT_COLUMNS), accepted, decoded)
+    return JoinOutput(results.select(*RESULT_COLUMNS), accepted, decoded, misplaced)
 
 
 def input_frame(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
@@ -262,6 +325,10 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace", type=int, default=60_000, help="ms (default 60000)")
     parser.add_argument("--now-ms", type=int, default=None,
                         help="wall clock for the timestamp checks (default: none, a backfill)")
+    parser.add_argument("--partitioner", choices=PARTITIONERS, default="murmur2",
+                        help="how the inputs' producers partition keys (default murmur2, Kafka's; "
+                        "crc32: librdkafka's consistent); records on another partition are "
+                        "misplaced, never joined; none: no check")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--shuffle-partitions", type=int, default=None,
                         help="spark.sql.shuffle.partitions (default: Spark's, 200); a few "
@@ -269,7 +336,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def params_of(args: argparse.Namespace) -> JoinParams:
-    return JoinParams(args.before, args.after, args.grace, args.kind, args.now_ms)
+    return JoinParams(args.before, args.after, args.grace, args.kind, args.now_ms, args.partitioner)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -295,12 +362,13 @@ def summarize(output: JoinOutput) -> dict[str, int]:
     counts = {f"results_{r['kind']}": int(r["count"])
               for r in output.results.groupBy("kind").count().collect()}
     skipped = output.decoded.agg(
-        F.count("*").alias("valid"),
+        F.sum((~F.col("misplaced")).cast("int")).alias("valid"),
         F.sum(F.col("late").cast("int")).alias("late"),
         F.sum(F.col("duplicate").cast("int")).alias("duplicate"),
+        F.sum(F.col("misplaced").cast("int")).alias("misplaced"),
     ).first()
     assert skipped is not None
-    counts.update({k: int(skipped[k] or 0) for k in ("valid", "late", "duplicate")})
+    counts.update({k: int(skipped[k] or 0) for k in ("valid", "late", "duplicate", "misplaced")})
     return counts
 
 

@@ -8,6 +8,12 @@ the first is a *duplicate*. The report breaks these down by partition and shows
 example keys; the exit status is 0 only when nothing is missing, extra or
 different, and (unless --allow-duplicates, for at-least-once runs) nothing is
 duplicated.
+
+When the reference is computed from the input topics, input records found on a
+partition their key does not belong to (under `--partitioner`) are *misplaced*,
+their own category: the stream dead-letters them and the reference skips them, so
+their joins are lost without a single missing result. They fail the run too (their
+producer partitions keys differently, docs/partitioners.md) unless --allow-misplaced.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.join import (
     RESULT_COLUMNS,
+    JoinOutput,
     add_window_arguments,
     load_parquet,
     load_topics,
@@ -41,6 +48,20 @@ STATUSES = ["matched", "different", "missing", "extra", "duplicates"]
 
 
 @dataclass
+class MisplacedInputs:
+    """Input records found on a partition their key does not belong to."""
+
+    partitioner: str
+    by_topic: dict[str, int]  # input topic -> misplaced records
+    by_partition: list[dict[str, Any]]  # topic, partition (read from), belongs_to, records
+    examples: list[dict[str, Any]]  # topic, partition, belongs_to, key
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_topic.values())
+
+
+@dataclass
 class Report:
     totals: dict[str, int]
     by_partition: list[dict[str, int]]
@@ -48,11 +69,14 @@ class Report:
     allow_duplicates: bool = False
     unreadable: int = 0
     notes: list[str] = field(default_factory=list)
+    misplaced: MisplacedInputs | None = None  # None: the input was not read (--expected)
+    allow_misplaced: bool = False
 
     @property
     def ok(self) -> bool:
         bad = ["different", "missing", "extra"] + ([] if self.allow_duplicates else ["duplicates"])
-        return self.unreadable == 0 and all(self.totals.get(s, 0) == 0 for s in bad)
+        lost = 0 if self.allow_misplaced or self.misplaced is None else self.misplaced.total
+        return self.unreadable == 0 and lost == 0 and all(self.totals.get(s, 0) == 0 for s in bad)
 
     def render(self) -> str:
         lines = ["reconcile: stream output against the reference join", ""]
@@ -70,8 +94,33 @@ class Report:
                 f"{e['join_id']} x{e['copies']}"
                 for e in self.examples
             ]
+        lines += self._render_misplaced()
         lines += ["", f"  verdict: {'OK' if self.ok else 'MISMATCH'}", *self.notes]
         return "\n".join(lines)
+
+    def _render_misplaced(self) -> list[str]:
+        found = self.misplaced
+        if found is None:
+            return ["", "  misplaced input records: not checked (no input read: --expected)"]
+        counts = "  ".join(f"{topic}={n:,}" for topic, n in found.by_topic.items())
+        lines = ["", f"  misplaced input records (key on another partition under {found.partitioner}): "
+                 f"{counts}"]  # fmt: skip
+        if not found.total:
+            return lines
+        lines += [
+            "  their joins are lost: the stream dead-letters them, the reference skips them.",
+            "  Likely cause: their producer partitions keys differently (docs/partitioners.md).",
+            f"  {'topic':>20} {'partition':>9} {'belongs to':>10} {'records':>9}",
+        ]
+        lines += [
+            f"  {r['topic']:>20} {r['partition']:>9} {r['belongs_to']:>10} {r['records']:>9,}"
+            for r in found.by_partition
+        ]
+        lines += ["  examples (topic, partition, belongs to, key):"]
+        lines += [
+            f"    {e['topic']} {e['partition']} {e['belongs_to']} {e['key']!r}" for e in found.examples
+        ]
+        return lines
 
 
 def read_output_topic(spark: SparkSession, bootstrap: str, topic: str) -> tuple[DataFrame, int]:
@@ -138,6 +187,31 @@ def compare(expected: DataFrame, actual: DataFrame, examples: int = 20) -> Repor
     return Report(totals, by_partition, shown)
 
 
+def misplaced_inputs(
+    output: JoinOutput, topics: dict[str, str], partitioner: str, examples: int = 20
+) -> MisplacedInputs:
+    """The reference's misplaced input records, by topic (`topics`: side -> topic name)."""
+    from pyspark.sql import functions as F
+
+    topic = F.when(F.col("side") == "left", topics["left"]).otherwise(topics["right"])
+    found = output.misplaced.withColumn("topic", topic)
+    rows = (
+        found.groupBy("topic", "partition", "belongs_to").agg(F.count("*").alias("records"))
+        .orderBy("topic", "partition", "belongs_to").collect()
+    )
+    by_partition = [r.asDict() for r in rows]
+    by_topic = dict.fromkeys(topics.values(), 0)
+    for row in by_partition:
+        by_topic[row["topic"]] += row["records"]
+    shown = found.orderBy("topic", "partition", "seq").limit(examples).collect()
+    sample = [
+        {"topic": r["topic"], "partition": r["partition"], "belongs_to": r["belongs_to"],
+         "key": bytes(r["key"]).decode("utf-8", errors="replace")}
+        for r in shown
+    ]  # fmt: skip
+    return MisplacedInputs(partitioner, by_topic, by_partition, sample)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline reconcile",
@@ -157,20 +231,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--examples", type=int, default=20, help="example keys shown")
     parser.add_argument("--allow-duplicates", action="store_true",
                         help="duplicates do not fail the run (at-least-once delivery)")
+    parser.add_argument("--allow-misplaced", action="store_true",
+                        help="input records on the wrong partition do not fail the run")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     return parser
 
 
-def _expected(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+def _expected(spark: SparkSession, args: argparse.Namespace) -> tuple[DataFrame, MisplacedInputs | None]:
+    """The reference results, and the misplaced input records when the input was read."""
     if args.expected:
-        return spark.read.parquet(str(args.expected))
+        return spark.read.parquet(str(args.expected)), None
     if args.input:
         records = load_parquet(spark, str(args.input))
+        topics = {"left": "impressions", "right": "clicks"}
     elif args.bootstrap:
         records = load_topics(spark, args.bootstrap, args.impressions_topic, args.clicks_topic)
+        topics = {"left": args.impressions_topic, "right": args.clicks_topic}
     else:
         raise SystemExit("reconcile: give --expected, --input or --bootstrap for the reference")
-    return reference_join(records, params_of(args)).results
+    output = reference_join(records, params_of(args))
+    return output.results, misplaced_inputs(output, topics, args.partitioner, args.examples)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,9 +267,12 @@ def main(argv: list[str] | None = None) -> int:
             actual, unreadable = read_output_topic(spark, args.bootstrap, args.output_topic)
         else:
             actual = spark.read.parquet(str(args.actual))
-        report = compare(_expected(spark, args), actual, args.examples)
+        expected, misplaced = _expected(spark, args)
+        report = compare(expected, actual, args.examples)
     report.unreadable = unreadable
     report.allow_duplicates = args.allow_duplicates
+    report.misplaced = misplaced
+    report.allow_misplaced = args.allow_misplaced
     print(report.render())
     print(f"reconcile: done in {time.monotonic() - began:.1f} s", file=sys.stderr)
     if args.json:

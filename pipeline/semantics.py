@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pipeline.records import Rejected, validate
+from tables.partitioners import Partitioner, find_misplaced
 
 JoinKind = Literal["inner", "left", "outer"]
 SIDE_OF_TOPIC = {"impressions": "left", "clicks": "right"}
@@ -26,6 +27,9 @@ class JoinParams:
     grace: int = 60_000
     kind: JoinKind = "inner"
     now_ms: int | None = None  # None: no wall-clock check (a backfill over old data)
+    # How both inputs' producers partition keys; a record whose key belongs to another
+    # partition than the one it was read from is misplaced: never joined ("none": no check).
+    partitioner: Partitioner = "murmur2"
 
     def close(self, side: str, ts: int) -> int:
         """The last stream time at which a record of `side` with `ts` can still join."""
@@ -131,12 +135,21 @@ class PartitionJoin:
 
 
 def sequential_join(
-    records: Iterable[tuple[int, str, bytes | None, bytes | None]], params: JoinParams
+    records: Iterable[tuple[int, str, bytes | None, bytes | None]],
+    params: JoinParams,
+    partitions: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Results of (partition, side, key, value) records given in arrival order."""
+    """Results of (partition, side, key, value) records given in arrival order.
+
+    With `partitions` (both topics' partition count), misplaced records are skipped first,
+    by the check the stream runs (`tables.partitioners.find_misplaced`).
+    """
     tasks: dict[int, PartitionJoin] = {}
     out: list[dict[str, Any]] = []
     for partition, side, key, value in records:
         task = tasks.setdefault(partition, PartitionJoin(params))
+        if partitions and find_misplaced([key], partition, partitions, params.partitioner):
+            task.counts["misplaced"] += 1
+            continue
         out.extend({**r, "partition": partition} for r in task.process(side, key, value))
     return out

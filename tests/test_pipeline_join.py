@@ -15,14 +15,14 @@ import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from tables.testing import EmbeddedBroker
 from pipeline.join import INPUT_COLUMNS, load_parquet, load_topics, reference_join
-from pipeline.partitioner import partitions_for
 from pipeline.produce import produce
-from pipeline.semantics import SIDE_OF_TOPIC, JoinParams, sequential_join
-from tables.operator import JoinType, JoinWindow, WindowedJoin
-from tables.kv import MemoryKV
 from pipeline.records import Rejected, validate
+from pipeline.semantics import SIDE_OF_TOPIC, JoinParams, sequential_join
+from tables.kv import MemoryKV
+from tables.operator import JoinType, JoinWindow, WindowedJoin
+from tables.partitioners import partition_for, partitions_for
+from tables.testing import EmbeddedBroker
 from tests.spark_fixtures import busy_traffic, spark_session
 
 Event = tuple[str, str, str, int]  # side, event id, auction id, ts
@@ -153,7 +153,7 @@ def test_generated_traffic_is_well_formed(traffic: Path) -> None:
     for p, n in per_partition.items():
         assert sorted(r["seq"] for r in rows if r["partition"] == p) == list(range(n))
     keys = [r["key"] for r in rows]
-    assert partitions_for(keys, 3).tolist() == [r["partition"] for r in rows]
+    assert partitions_for(keys, 3, "murmur2").tolist() == [r["partition"] for r in rows]
     reasons = Counter(
         isinstance(validate(SIDE_OF_TOPIC[r["topic"]], r["key"], r["value"], None), Rejected) for r in rows
     )
@@ -196,3 +196,35 @@ def test_join_over_topics_equals_join_over_parquet(
     from_topics = load_topics(spark, broker.bootstrap, topics["impressions"], topics["clicks"])
     got = by_join_id(r.asDict() for r in reference_join(from_topics, params).results.collect())
     assert got == by_join_id(tables_join(arrival_order(traffic), params))
+
+
+@pytest.mark.spark
+def test_misplaced_records_are_skipped_as_the_stream_skips_them(
+    spark: SparkSession, broker: EmbeddedBroker, unique: str, traffic: Path
+) -> None:
+    """Clicks placed as librdkafka's default partitioner does (CRC32): the reference over the
+    topics skips the ones off their murmur2 partition, and joins the rest as if they were
+    never sent; the record-by-record statement does the same from the partitions read."""
+    topics = {"impressions": f"imp-{unique}", "clicks": f"clk-{unique}"}
+    asyncio.run(produce(broker.bootstrap, traffic, topics, partitioners={"clicks": "crc32"}))
+    params = PARAMS[2]
+    output = reference_join(
+        load_topics(spark, broker.bootstrap, topics["impressions"], topics["clicks"]), params
+    )
+    records = arrival_order(traffic)
+    read_from = [
+        partition_for(key, 3, "crc32") if side == "right" else partition
+        for partition, side, key, _ in records
+    ]
+    moved = [p != q for (p, *_), q in zip(records, read_from, strict=True)]
+    kept = [r for r, m in zip(records, moved, strict=True) if not m]
+    as_read = [(q, *r[1:]) for r, q in zip(records, read_from, strict=True)]
+    got = by_join_id(r.asDict() for r in output.results.collect())
+    assert got == by_join_id(tables_join(kept, params))
+    assert got == by_join_id(sequential_join(as_read, params, partitions=3))
+    misplaced = output.misplaced.collect()
+    assert len(misplaced) == sum(moved) > 200
+    assert {r["side"] for r in misplaced} == {"right"}
+    assert all(partition_for(bytes(r["key"]), 3, "murmur2") == r["belongs_to"] != r["partition"]
+               for r in misplaced)  # fmt: skip
+    assert "under murmur2 but was read from partition" in misplaced[0]["reason"]

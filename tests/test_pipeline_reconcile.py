@@ -13,7 +13,10 @@ from pyspark.sql import SparkSession
 
 from tables.testing import EmbeddedBroker, create_topics
 from pipeline import join, reconcile
-from pipeline.reconcile import Report
+from pipeline.join import load_topics, reference_join
+from pipeline.produce import produce
+from pipeline.reconcile import MisplacedInputs, Report
+from pipeline.semantics import JoinParams
 from tests.spark_fixtures import busy_traffic, produce_values, spark_session
 
 WINDOW = ["--kind", "left", "--after", "30000", "--grace", "5000"]
@@ -107,3 +110,44 @@ def test_duplicates_fail_unless_allowed() -> None:
     assert not Report(totals, [], []).ok
     assert Report(totals, [], [], allow_duplicates=True).ok
     assert not Report({**totals, "missing": 1}, [], [], allow_duplicates=True).ok
+
+
+@pytest.mark.spark
+def test_misplaced_inputs_are_their_own_category(
+    spark: SparkSession, broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    """Clicks placed by CRC32 (librdkafka's default): the stream, faithful to the contract,
+    writes exactly the reference's results, yet reconcile fails and names the lost input."""
+    inputs = {"impressions": f"imp-{unique}", "clicks": f"clk-{unique}"}
+    asyncio.run(produce(broker.bootstrap, busy_traffic(), inputs, partitioners={"clicks": "crc32"}))
+    reference = reference_join(
+        load_topics(spark, broker.bootstrap, inputs["impressions"], inputs["clicks"]),
+        JoinParams(after=30_000, grace=5_000, kind="left"),
+    )
+    rows = [r.asDict() for r in reference.results.collect()]
+    moved = reference.misplaced.count()
+    output = f"joins-misplaced-{unique}"
+    publish(broker, output, rows, [])
+    status, report = run(
+        ["--output-topic", output, "--bootstrap", broker.bootstrap, *WINDOW,
+         "--impressions-topic", inputs["impressions"], "--clicks-topic", inputs["clicks"]],
+        tmp_path,
+    )  # fmt: skip
+    assert status == 1 and not report["ok"]
+    assert report["totals"]["matched"] == len(rows) and report["totals"]["missing"] == 0
+    found = report["misplaced"]
+    assert found["by_topic"] == {inputs["impressions"]: 0, inputs["clicks"]: moved} and moved > 200
+    assert sum(r["records"] for r in found["by_partition"]) == moved
+    assert all(r["partition"] != r["belongs_to"] for r in found["by_partition"])
+    assert found["examples"] and found["partitioner"] == "murmur2"
+
+
+def test_misplaced_inputs_fail_unless_allowed() -> None:
+    totals = {"matched": 5, "different": 0, "missing": 0, "extra": 0, "duplicates": 0}
+    lost = MisplacedInputs("murmur2", {"imp": 0, "clk": 3}, [], [])
+    none = MisplacedInputs("murmur2", {"imp": 0, "clk": 0}, [], [])
+    assert not Report(totals, [], [], misplaced=lost).ok
+    assert Report(totals, [], [], misplaced=lost, allow_misplaced=True).ok
+    assert Report(totals, [], [], misplaced=none).ok
+    assert "clk=3" in Report(totals, [], [], misplaced=lost).render()
+    assert "not checked" in Report(totals, [], []).render()

@@ -12,7 +12,6 @@ from pyspark.sql import SparkSession
 
 from tables.testing import EmbeddedBroker, create_topics
 from pipeline.kafka import offsets
-from pipeline.partitioner import partitions_for
 from pipeline.source import advance, plan_spans
 from tests.spark_fixtures import produce_values, spark_session
 
@@ -43,13 +42,6 @@ def expected_values() -> dict[int, list[bytes]]:
         p = DefaultPartitioner()(f"k{i % 50}".encode(), parts, parts)
         by_partition[p].append(f"v{i}".encode())
     return by_partition
-
-
-def test_murmur2_partitioner_agrees_with_aiokafka() -> None:
-    keys = [f"auc-{i:012d}".encode() for i in range(300)] + [b"", b"a", b"ab", b"abc", b"\xff" * 7]
-    parts = list(range(7))
-    expected = [DefaultPartitioner()(k, parts, parts) for k in keys]
-    assert partitions_for(keys, 7).tolist() == expected
 
 
 def test_advance_spreads_a_read_limit_over_partitions() -> None:
