@@ -36,8 +36,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from app.cluster import REPO, WorkerProcess, covered, wait_for
-from app.settings import Settings, from_env
-from app.topics import create_topics
+from app.settings import Settings, create_topics, from_env
 from tables.testing import EmbeddedBroker, high_watermarks
 
 DAY_MS = 24 * 3600 * 1000

@@ -22,8 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from app.cluster import WorkerProcess, covered, views
-from app.settings import Settings, from_env
-from app.topics import create_topics
+from app.settings import Settings, create_topics, from_env
 from app.traffic import Traffic, run_traffic
 from tables.testing import EmbeddedBroker
 

@@ -9,12 +9,22 @@ must produce: one join id per clicked auction.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import random
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaProducer
+
+from app.settings import Settings
+from tables.partitioners import partition_for
+from tables.producing import send_records
+
+BASE_TS = 1_700_000_000_000
 
 
 @dataclass
@@ -102,3 +112,51 @@ async def run_traffic(
     finally:
         await producer.stop()
     return traffic
+
+
+# -- a backlog: many events at once, in event time -----------------------------------
+
+
+def ad_events(
+    impressions: int, seed: int = 1, base_ts: int = BASE_TS
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Impressions 10 ms apart from `base_ts`; 60 % get a click up to 5 min later. Events
+    arrive in time order, up to 2 s out of order (within the default 1 min grace)."""
+    rng = random.Random(seed)
+    clicks: list[tuple[int, int, dict[str, Any]]] = []  # (arrival, n, click)
+    for n in range(impressions):
+        auction, ts = f"auction-{n}", base_ts + n * 10
+        while clicks and clicks[0][0] <= ts:
+            yield "right", heapq.heappop(clicks)[2]
+        yield (
+            "left",
+            {"event_id": f"i{n}", "auction_id": auction, "campaign_id": f"c{n % 97}", "ts": ts},
+        )
+        if rng.random() < 0.6:
+            click = {"event_id": f"k{n}", "auction_id": auction, "ts": ts + rng.randint(0, 300_000)}
+            heapq.heappush(clicks, (click["ts"] + rng.randint(0, 2_000), n, click))
+    while clicks:
+        yield "right", heapq.heappop(clicks)[2]
+
+
+async def produce_events(
+    settings: Settings, events: Iterable[tuple[str, dict[str, Any]]], partitions: int
+) -> int:
+    """Produce (side, event) pairs to the join's input topics in order, keyed and
+    co-partitioned by auction id (Kafka's murmur2 partitioner); returns how many."""
+    per_tp: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
+    for side, event in events:
+        topic = settings.impressions if side == "left" else settings.clicks
+        key = event["auction_id"].encode()
+        per_tp.setdefault((topic, partition_for(key, partitions, "murmur2")), []).append(
+            (key, orjson.dumps(event))
+        )
+    producer = AIOKafkaProducer(bootstrap_servers=settings.broker.removeprefix("kafka://"), linger_ms=5)
+    await producer.start()
+    try:
+        for (topic, partition), rows in per_tp.items():
+            for start in range(0, len(rows), 5000):
+                await send_records(producer, topic, partition, rows[start : start + 5000])
+    finally:
+        await producer.stop()
+    return sum(len(rows) for rows in per_tp.values())

@@ -34,12 +34,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker, high_watermarks  # noqa: E402
+
 from app.cluster import WorkerProcess, covered, views  # noqa: E402
 from app.demo import Outputs, wait_until  # noqa: E402
-from app.settings import from_env  # noqa: E402
-from app.topics import create_topics  # noqa: E402
+from app.settings import create_topics, from_env  # noqa: E402
 from app.traffic import Traffic, run_traffic  # noqa: E402
+from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker, high_watermarks  # noqa: E402
 
 PARTITIONS = 6
 LABELS = [("w1", "host-a", "rack-1"), ("w2", "host-b", "rack-2"), ("w3", "host-a", "rack-1")]

@@ -28,12 +28,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tables.testing import EmbeddedBroker  # noqa: E402
 from pipeline.generate import TrafficConfig, generate  # noqa: E402
 from pipeline.join import load_parquet, reference_join  # noqa: E402
 from pipeline.kafka import offsets  # noqa: E402
 from pipeline.semantics import JoinParams  # noqa: E402
 from pipeline.spark import session  # noqa: E402
+from tables.testing import EmbeddedBroker  # noqa: E402
 
 PARTITIONS = 4
 

@@ -35,14 +35,15 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rocksdict import Options, Rdict
-
-from tables.testing import EmbeddedBroker
+from app.traffic import ad_events
 from tables.changelog import JoinTables, caught_up, create_changelog_topic, send_records
-from tables.operator import JoinType, JoinWindow, WindowedJoin
+
+from pipeline.records import Rejected, validate
 from tables.keys import POINT_ONLY, record_key
 from tables.kv import Overlay
-from pipeline.records import Rejected, validate
+from tables.operator import JoinType, JoinWindow, WindowedJoin
 from tables.store import PartitionStore
+from tables.testing import EmbeddedBroker
 
 BASE_TS = 1_700_000_000_000
 WINDOW = JoinWindow()  # the contract's defaults: before 0, after 10 min, grace 1 min
@@ -57,28 +58,6 @@ def rss_mb() -> float:
 
 def dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
-
-
-def ad_events(
-    impressions: int, seed: int = 1, base_ts: int = BASE_TS
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Impressions 10 ms apart from `base_ts`; 60 % get a click up to 5 min later. Events
-    arrive in time order, up to 2 s out of order (within the default 1 min grace)."""
-    rng = random.Random(seed)
-    clicks: list[tuple[int, int, dict[str, Any]]] = []  # (arrival, n, click)
-    for n in range(impressions):
-        auction, ts = f"auction-{n}", base_ts + n * 10
-        while clicks and clicks[0][0] <= ts:
-            yield "right", heapq.heappop(clicks)[2]
-        yield (
-            "left",
-            {"event_id": f"i{n}", "auction_id": auction, "campaign_id": f"c{n % 97}", "ts": ts},
-        )
-        if rng.random() < 0.6:
-            click = {"event_id": f"k{n}", "auction_id": auction, "ts": ts + rng.randint(0, 300_000)}
-            heapq.heappush(clicks, (click["ts"] + rng.randint(0, 2_000), n, click))
-    while clicks:
-        yield "right", heapq.heappop(clicks)[2]
 
 
 # -- throughput ---------------------------------------------------------------------

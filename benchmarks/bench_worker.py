@@ -3,7 +3,7 @@ of the same worker on the same topics, measured in the same run.
 
     .venv/bin/python -m benchmarks.bench_worker --impressions 100000 --rounds 3
 
-Input: impressions and their clicks (benchmarks.bench_tables.ad_events, 60 % clicked,
+Input: impressions and their clicks (app.traffic.ad_events, 60 % clicked,
 in event time with up to 2 s of disorder), loaded once, keyed and co-partitioned by
 auction id. Each pipeline is one real worker process started fresh (new app id, so a
 new consumer group reading from the start and an empty state) on the embedded broker:
@@ -33,20 +33,13 @@ import os
 import tempfile
 import time
 import uuid
-import zlib
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import orjson
-from aiokafka import AIOKafkaProducer
-
-from tables.testing import EmbeddedBroker
 from app.cluster import WorkerProcess
-from app.settings import Settings, from_env
-from app.topics import create_topics
-from benchmarks.bench_tables import ad_events
-from tables.changelog import send_records
+from app.settings import Settings, create_topics, from_env
+from app.traffic import ad_events, produce_events
+from tables.testing import EmbeddedBroker
 
 PARTITIONS = 4
 PIPELINES = {
@@ -69,27 +62,6 @@ async def load_inputs(settings: Settings, impressions: int) -> int:
     more than 7 days old by the wall clock)."""
     base_ts = int(time.time() * 1000) - 3_600_000 - impressions * 10
     return await produce_events(settings, ad_events(impressions, base_ts=base_ts), PARTITIONS)
-
-
-async def produce_events(
-    settings: Settings, events: Iterable[tuple[str, dict[str, Any]]], partitions: int
-) -> int:
-    """Produce (side, event) pairs to the join's input topics in order, keyed and
-    co-partitioned by auction id; returns how many."""
-    per_tp: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
-    for side, event in events:
-        topic = settings.impressions if side == "left" else settings.clicks
-        key = event["auction_id"].encode()
-        per_tp.setdefault((topic, zlib.crc32(key) % partitions), []).append((key, orjson.dumps(event)))
-    producer = AIOKafkaProducer(bootstrap_servers=settings.broker.removeprefix("kafka://"), linger_ms=5)
-    await producer.start()
-    try:
-        for (topic, partition), rows in per_tp.items():
-            for start in range(0, len(rows), 5000):
-                await send_records(producer, topic, partition, rows[start : start + 5000])
-    finally:
-        await producer.stop()
-    return sum(len(rows) for rows in per_tp.values())
 
 
 def consumed(view: dict[str, Any] | None, total: int) -> int | None:

@@ -19,13 +19,13 @@ from typing import Any
 
 import faust
 import orjson
+from app.worker import _faust_settings, _tune_consumer
 from faust.types import TP
 from faust.web import Request, Response, View
 
 from app.settings import from_env
-from app.worker import _faust_settings, _tune_consumer
-from tables.operator import JoinWindow, output_record
 from pipeline.records import Rejected, Side, validate
+from tables.operator import JoinWindow, output_record
 
 settings = from_env()
 app = faust.App(settings.app_id, **_faust_settings(settings), store="rocksdb://")

@@ -19,8 +19,8 @@ from typing import Any
 
 import faust
 
-from tables.testing import FAST_GROUP_SETTINGS
 from assignor.faust_adapter import TandemAssignor, declare_join, install
+from tables.testing import FAST_GROUP_SETTINGS
 
 
 def build(mode: str, app_id: str, bootstrap: str, topic: str, report: Path) -> faust.App:

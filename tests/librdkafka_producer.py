@@ -9,7 +9,7 @@ really puts them, on the embedded broker (which librdkafka 2.16 talks to; see
     delivered = produce_with_librdkafka(broker.bootstrap, "clicks", [(b"auction-1", b"{...}")])
     delivered[0].partition  # where librdkafka's default partitioner put it
 
-The topic must exist (`app.broker.create_topics`): librdkafka partitions a record only
+The topic must exist (`tables.testing.create_topics`): librdkafka partitions a record only
 once it knows the topic's partition count.
 """
 

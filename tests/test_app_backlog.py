@@ -10,7 +10,7 @@ partitions. Processed that way, this backlog has no late record: clicks are out 
 by at most 2 s, and the window is 10 min with 1 min of grace.
 
 Nothing can be late unless the backlog spans more event time than the window plus its
-grace, so the input is every STRIDE-th auction of benchmarks.bench_tables.ad_events: the
+grace, so the input is every STRIDE-th auction of app.traffic.ad_events: the
 same traffic, thinner (5 impressions and 3 clicks a second), about 30 min of it in
 13,000 records. Taken in timestamp order per partition, the join drops nothing and
 finds every click's impression; taken alternately from the two topics, as Faust's
@@ -35,12 +35,10 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tables.testing import EmbeddedBroker, high_watermarks
 from app.cluster import WorkerProcess
-from app.settings import Settings, from_env
-from app.topics import create_topics
-from benchmarks.bench_tables import ad_events
-from benchmarks.bench_worker import produce_events
+from app.settings import Settings, create_topics, from_env
+from app.traffic import ad_events, produce_events
+from tables.testing import EmbeddedBroker, high_watermarks
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(150)]
 

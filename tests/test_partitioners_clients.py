@@ -14,9 +14,9 @@ from collections import defaultdict
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.broker import EmbeddedBroker, create_topics
 from pipeline.kafka import Span, offsets, read_span
 from tables.partitioners import Partitioner, find_misplaced, partition_for
+from tables.testing import EmbeddedBroker, create_topics
 from tests.librdkafka_producer import LibrdkafkaPartitioner, produce_with_librdkafka
 
 PARTITIONS = 4

@@ -1,5 +1,5 @@
 """The reference join: hand-made cases with known answers, and record-for-record agreement
-with the stream operator (tables.join.WindowedJoin) and the record-by-record statement
+with the stream operator (tables.operator.WindowedJoin) and the record-by-record statement
 (pipeline.semantics) on generated traffic, from Parquet and from topics."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tables.operator import JoinType, JoinWindow, WindowedJoin
 from tables.partitioners import partition_for, partitions_for
 from tables.testing import EmbeddedBroker
 from tests.spark_fixtures import busy_traffic, spark_session
+from tests.tables_helpers import as_event, as_output
 
 Event = tuple[str, str, str, int]  # side, event id, auction id, ts
 W = {"before": 0, "after": 100, "grace": 10}
@@ -108,8 +109,9 @@ def tables_join(
         record = validate(side, key, value, params.now_ms)  # type: ignore[arg-type]
         if isinstance(record, Rejected):
             continue
-        task = tasks.setdefault(partition, WindowedJoin(MemoryKV(), window, JoinType(params.kind)))
-        out.extend({**r, "partition": partition} for r in task.process(side, record))  # type: ignore[arg-type]
+        task = tasks.setdefault(partition, WindowedJoin(MemoryKV(), window, JoinType(params.kind), ids=True))
+        matches = task.process(*as_event(side, record))  # type: ignore[arg-type]
+        out.extend({**as_output(m), "partition": partition} for m in matches)
     return out
 
 

@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from tables.testing import EmbeddedBroker, create_topics
 from pipeline import join, reconcile
 from pipeline.join import load_topics, reference_join
 from pipeline.produce import produce
 from pipeline.reconcile import MisplacedInputs, Report
 from pipeline.semantics import JoinParams
+from tables.testing import EmbeddedBroker, create_topics
 from tests.spark_fixtures import busy_traffic, produce_values, spark_session
 
 WINDOW = ["--kind", "left", "--after", "30000", "--grace", "5000"]

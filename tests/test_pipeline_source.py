@@ -10,9 +10,9 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from pyspark.sql import SparkSession
 
-from tables.testing import EmbeddedBroker, create_topics
 from pipeline.kafka import offsets
 from pipeline.source import advance, plan_spans
+from tables.testing import EmbeddedBroker, create_topics
 from tests.spark_fixtures import produce_values, spark_session
 
 PARTITIONS = 3

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tables.testing import EmbeddedBroker
 from app.chaos import DAY_MS, bad_records
 from pipeline.records import Rejected, validate
+from tables.testing import EmbeddedBroker
 from tests.workers import cluster
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tables.testing import EmbeddedBroker
 from app.cluster import WorkerProcess, covered, wait_for
+from tables.testing import EmbeddedBroker
 from tests.workers import PARTITIONS, cluster
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
