@@ -35,7 +35,6 @@ from typing import Any
 
 import orjson
 from aiokafka import ConsumerRecord
-from aiokafka.partitioner import murmur2
 from faust.types import TP, AppT
 
 from assignor import faust_internals
@@ -45,7 +44,7 @@ from tables.codecs import CATEGORIES, DROPPED, Accepted, Rejected, SideCodec, ke
 from tables.datadir import DataDirLock
 from tables.keys import Side
 from tables.operator import Match
-from tables.partitioners import find_misplaced, misplaced_reason
+from tables.partitioners import find_misplaced, misplaced_reason, partitions_for
 from tables.producing import changelog_configs, create_topics, start_sending
 from tables.results import Feed, JoinResults, Outgoing, Serializers
 from tables.settings import RuntimeSettings
@@ -409,14 +408,28 @@ class JoinRunner:
     async def _by_partition(
         self, outbox: list[Outgoing]
     ) -> dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]]:
-        grouped: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]] = {}
+        """Each record's partition: given, or its key's under Kafka's murmur2 (a whole batch at
+        once), or the result's own when the key is the join key and the topic has the join's
+        partition count (the input's partitioner was checked to be murmur2)."""
         counts: dict[str, int] = {}
-        for topic, partition, key, value, headers in outbox:
+        for topic in {o[0] for o in outbox if o[1] is None}:
+            counts[topic] = len(await faust_internals.producer_of(self.app).partitions_for(topic))
+        same = self.spec.partitioner == "murmur2"
+        unplaced = [
+            i
+            for i, o in enumerate(outbox)
+            if o[1] is None and not (same and o[5] is not None and counts[o[0]] == self.partitions)
+        ]
+        placed: dict[int, int] = {}
+        for topic in {outbox[i][0] for i in unplaced}:
+            mine = [i for i in unplaced if outbox[i][0] == topic]
+            found = partitions_for([outbox[i][2] for i in mine], counts[topic], "murmur2")  # type: ignore[misc]
+            placed.update(zip(mine, found.tolist(), strict=True))
+        grouped: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]] = {}
+        for i, (topic, partition, key, value, headers, same_key) in enumerate(outbox):
             if partition is None:
-                if topic not in counts:
-                    counts[topic] = len(await faust_internals.producer_of(self.app).partitions_for(topic))
-                partition = (murmur2(key) & 0x7FFFFFFF) % counts[topic]  # type: ignore[arg-type]
-            grouped.setdefault((topic, partition), []).append((key, value, headers))
+                partition = placed.get(i, same_key)
+            grouped.setdefault((topic, partition), []).append((key, value, headers))  # type: ignore[arg-type]
         return grouped
 
     def _letters(self, letters: list[Letter]) -> dict[int, list[tuple[bytes | None, bytes | None, Any]]]:
