@@ -79,7 +79,7 @@ def test_a_librdkafka_producer_on_its_default_partitioner_is_caught(
                 _read(broker.bootstrap, settings.joins, lambda rs: {r["join_id"] for r in rs} >= expected, 60)
             )
         }
-        print(f"joined {len(joins)} ({len(placed)} from the default partitioner), dead letters {len(letters)}")
+        print(f"joined {len(joins)} ({len(placed)} by the default partitioner), dead letters {len(letters)}")
         assert joins == expected  # every correctly placed click joined, the misplaced none
         assert 150 < len(placed) < 350  # about a quarter land where murmur2 would put them
         assert len(letters) == N - len(placed)
