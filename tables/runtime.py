@@ -620,9 +620,10 @@ class Runtime:
     def _install(self) -> None:
         from assignor.faust_adapter import install
 
+        # The join's own check first: it names the join and creates the join's topics.
+        faust_internals.add_start_check(self.app, self._before_joining)
         install(self.app, local_offsets=self.local_offsets)
         faust_internals.set_record_taker(self.app, self)
-        faust_internals.add_start_check(self.app, self._before_joining)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         self.app.on_before_shutdown.connect(self._on_shutdown)
         if self.app.conf.web_enabled:
