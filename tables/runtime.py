@@ -140,8 +140,9 @@ class JoinRunner:
     # -- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        if self._loop_task is None:
+        if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.create_task(self._run(), name=f"tandem-join-{self.spec.name}")
+        if self._handler_task is None or self._handler_task.done():
             self._start_handler()
 
     async def stop(self) -> None:
@@ -237,6 +238,7 @@ class JoinRunner:
             items = self._release(partition)
             if not items:
                 continue
+            await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
             join = state.active(partition).join
             matches: list[Match] = []
             for side, key, ts, record_id, value in items:
@@ -511,14 +513,31 @@ class JoinRunner:
                 self.state.discard(partition)  # type: ignore[union-attr]
             await self._working.acquire()
         try:
+            restart = dict(self.commit_at)
             while not self._queue.empty():
-                self._queue.get_nowait()
+                for tp, records in self._queue.get_nowait().items():
+                    if records:
+                        restart.setdefault(tp, records[0].offset)
             held = self.aligner.held()
             self.aligner.forget()
             if held:
                 log.info("tandem: join %r: %s held records left to be read again", self.spec.name, held)
+            await self._rewind(restart)
         finally:
             self._working.release()
+
+    async def _rewind(self, restart: dict[TP, int]) -> None:
+        """Set each input partition's position back to its first record not done. Faust only
+        seeks a partition that has a committed offset above 0 after a rebalance (aiokafka's
+        seek_to_committed): without this, what was dropped before the first commit of a kept
+        partition would never be read again."""
+        consumer = self.app.consumer
+        for tp, offset in restart.items():
+            self.read_next[tp] = offset
+            try:
+                await consumer.seek(tp, offset)
+            except Exception as exc:  # stopping, or no longer assigned: its next owner reads it
+                log.debug("tandem: no seek of %s to %s: %r", tp, offset, exc)
 
     # -- what the view and the assignor read ------------------------------------------------
 
