@@ -70,6 +70,7 @@ def bad_records(i: int, run: str, now: int) -> list[tuple[str, bytes | None, byt
         ("past", key.encode(), v(ts=now - 8 * DAY_MS)),
         ("future", key.encode(), v(ts=now + 2 * DAY_MS)),
         ("null-value", key.encode(), None),
+        ("null-kafka-key", None, v()),
     ]
 
 
