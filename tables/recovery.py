@@ -105,7 +105,7 @@ class Recovery:
             offset = 0 if checkpoint is None else checkpoint + 1
             start = int(starts.get(tp) or 0)
             if offset < start:
-                self._event(
+                self.note(
                     f"changelog {tp.topic}[{tp.partition}] now starts at {start:,}, after the local "
                     f"state's checkpoint {offset - 1:,} (retention or compaction removed the rest): "
                     f"restoring from {start:,}"
@@ -114,7 +114,8 @@ class Recovery:
             consumer.seek(tp, offset)
         return tps
 
-    def _event(self, message: str) -> None:
+    def note(self, message: str) -> None:
+        """Log what a restore found and did, and keep it for the view (the last 20)."""
         log.warning("tandem: %s", message)
         self.events = [*self.events[-19:], message]
 
@@ -170,7 +171,7 @@ class Recovery:
         end = consumer.highwater(tp)
         if state.checkpoint is None or end is None or end > state.checkpoint:
             return
-        self._event(
+        self.note(
             f"changelog {tp.topic}[{tp.partition}] ends at {end:,}, before the local state's "
             f"checkpoint {state.checkpoint:,} (the topic was recreated or truncated): "
             "discarding the local state and restoring from the start"

@@ -35,25 +35,28 @@ from typing import Any
 
 import orjson
 from aiokafka import ConsumerRecord
-from aiokafka.partitioner import murmur2
 from faust.types import TP, AppT
 
 from assignor import faust_internals
 from tables.alignment import Aligner
 from tables.api import JoinSpec
 from tables.codecs import CATEGORIES, DROPPED, Accepted, Rejected, SideCodec, key_check, value_form
+from tables.datadir import DataDirLock
 from tables.keys import Side
 from tables.operator import Match
+from tables.partitioners import find_misplaced, misplaced_reason, partitions_for
 from tables.producing import changelog_configs, create_topics, start_sending
 from tables.results import Feed, JoinResults, Outgoing, Serializers
 from tables.settings import RuntimeSettings
 from tables.state import JoinState, Moves
+from tables.store import StoreCorruptError, local_checkpoints
 
 log = logging.getLogger(__name__)
 
 ALIGN_CHECK_S = 0.25  # held records are looked at this often when no input comes
 OFFSETS_REFRESH_S = 2.0  # local offsets for the assignor
 HANDLER_FAILURES_WITHOUT_PROGRESS = 3
+MISPLACED_WARN_EVERY_S = 60.0  # a warning per input at most this often
 DAY_MS = 24 * 3600 * 1000
 
 Item = tuple[Side, bytes, int, bytes, bytes]  # side, key, ts, record id, value
@@ -94,6 +97,7 @@ class JoinStats:
     results_by_partition: dict[int, int] = field(default_factory=dict)
     batches: int = 0
     handler_restarts: int = 0
+    failure: str | None = None  # why the join stopped the worker
 
 
 class JoinRunner:
@@ -131,6 +135,7 @@ class JoinRunner:
         self._handler_task: asyncio.Task[None] | None = None
         self._restore_task: asyncio.Task[None] | None = None
         self._handler_failures = 0
+        self._misplaced_warned: dict[str, float] = {}  # topic -> when its last warning was logged
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -196,11 +201,20 @@ class JoinRunner:
                     return
 
     async def _fail(self, exc: Exception) -> None:
-        """A batch could not be written (broker or disk): nothing of it was committed, so
-        nothing is lost; the worker stops rather than skip it (it is read again)."""
-        log.critical("tandem: join %r stops the worker: %r", self.spec.name, exc, exc_info=exc)
-        for partition in self.state.actives() if self.state else []:
-            self.state.discard(partition)  # type: ignore[union-attr]
+        """A batch could not be written (broker or disk) or its state read: nothing of it was
+        committed, so nothing is lost; the worker stops rather than skip it (it is read
+        again after the restart). A store found damaged is first moved aside, so the restart
+        restores it from the changelog instead of failing on it again."""
+        log.critical("tandem: join %r stops the worker: %s", self.spec.name, exc, exc_info=exc)
+        state = self.state
+        for partition in state.actives() if state else []:
+            state.discard(partition)  # type: ignore[union-attr]
+            damaged = (
+                isinstance(exc, StoreCorruptError) and state.partitions[partition].store.path == exc.path
+            )  # type: ignore[union-attr]
+            if damaged:
+                state.set_aside(partition, exc)  # type: ignore[union-attr, arg-type]
+        self.stats.failure = f"{exc.__class__.__name__}: {exc}"
         await self.app.crash(exc)  # type: ignore[attr-defined]
 
     # -- one batch --------------------------------------------------------------------
@@ -247,6 +261,9 @@ class JoinRunner:
         partition, topic = tp.partition, tp.topic
         aligner = self.aligner
         self.stats.read[side] += len(records)
+        misplaced = self._misplaced(tp, records)
+        if misplaced:
+            records = self._letter_misplaced(tp, records, misplaced, letters)
         for record in records:
             checked = codec.check(record.key, record.value, record.offset, record.timestamp)
             if type(checked) is Accepted:
@@ -265,6 +282,38 @@ class JoinRunner:
             else:
                 letters.append((topic, partition, record.offset, record.key, record.value, checked))  # type: ignore[arg-type]
         self.read_next[tp] = records[-1].offset + 1
+
+    def _misplaced(self, tp: TP, records: list[ConsumerRecord]) -> dict[int, int]:
+        """Index -> the partition its key belongs to, for records on the wrong partition: they
+        could never meet their partner (a producer with another partitioner)."""
+        partitioner, count = self.spec.partitioner, self.partitions
+        if partitioner == "none" or not count:
+            return {}
+        keys = [r.key for r in records]
+        return {m.index: m.expected for m in find_misplaced(keys, tp.partition, count, partitioner)}
+
+    def _letter_misplaced(
+        self, tp: TP, records: list[ConsumerRecord], misplaced: dict[int, int], letters: list[Letter]
+    ) -> list[ConsumerRecord]:
+        """Dead-letter the misplaced records (checked first, as the batch twin does); the rest."""
+        partitioner = self.spec.partitioner
+        for index, expected in misplaced.items():
+            record = records[index]
+            reason = misplaced_reason(tp.partition, expected, partitioner)  # type: ignore[arg-type]
+            letters.append((tp.topic, tp.partition, record.offset, record.key, record.value,
+                            Rejected(reason, "wrong_partition")))  # fmt: skip
+            self.aligner.skip(tp.partition, tp.topic, record.offset)
+        now = time.monotonic()
+        if now - self._misplaced_warned.get(tp.topic, -MISPLACED_WARN_EVERY_S) >= MISPLACED_WARN_EVERY_S:
+            self._misplaced_warned[tp.topic] = now
+            example = next(iter(misplaced))
+            log.warning(
+                "tandem: join %r: %s record(s) of %s read from partition %s belong to another partition "
+                "under %s (e.g. offset %s belongs to %s): dead-lettered; check the producer's partitioner",
+                self.spec.name, len(misplaced), tp.topic, tp.partition, partitioner,
+                records[example].offset, misplaced[example],
+            )  # fmt: skip
+        return [r for i, r in enumerate(records) if i not in misplaced]
 
     def _release(self, partition: int) -> list[Item]:
         """Held records of the partition now due, given how far each input has been read."""
@@ -359,14 +408,28 @@ class JoinRunner:
     async def _by_partition(
         self, outbox: list[Outgoing]
     ) -> dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]]:
-        grouped: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]] = {}
+        """Each record's partition: given, or its key's under Kafka's murmur2 (a whole batch at
+        once), or the result's own when the key is the join key and the topic has the join's
+        partition count (the input's partitioner was checked to be murmur2)."""
         counts: dict[str, int] = {}
-        for topic, partition, key, value, headers in outbox:
+        for topic in {o[0] for o in outbox if o[1] is None}:
+            counts[topic] = len(await faust_internals.producer_of(self.app).partitions_for(topic))
+        same = self.spec.partitioner == "murmur2"
+        unplaced = [
+            i
+            for i, o in enumerate(outbox)
+            if o[1] is None and not (same and o[5] is not None and counts[o[0]] == self.partitions)
+        ]
+        placed: dict[int, int] = {}
+        for topic in {outbox[i][0] for i in unplaced}:
+            mine = [i for i in unplaced if outbox[i][0] == topic]
+            found = partitions_for([outbox[i][2] for i in mine], counts[topic], "murmur2")  # type: ignore[misc]
+            placed.update(zip(mine, found.tolist(), strict=True))
+        grouped: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]] = {}
+        for i, (topic, partition, key, value, headers, same_key) in enumerate(outbox):
             if partition is None:
-                if topic not in counts:
-                    counts[topic] = len(await faust_internals.producer_of(self.app).partitions_for(topic))
-                partition = (murmur2(key) & 0x7FFFFFFF) % counts[topic]  # type: ignore[arg-type]
-            grouped.setdefault((topic, partition), []).append((key, value, headers))
+                partition = placed.get(i, same_key)
+            grouped.setdefault((topic, partition), []).append((key, value, headers))  # type: ignore[arg-type]
         return grouped
 
     def _letters(self, letters: list[Letter]) -> dict[int, list[tuple[bytes | None, bytes | None, Any]]]:
@@ -525,6 +588,7 @@ class Runtime:
         self._offsets: dict[str, dict[int, int]] = {}  # read by the assignor's thread
         self._installed = False
         self._timer: asyncio.Task[None] | None = None
+        self._lock: DataDirLock | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -556,9 +620,10 @@ class Runtime:
     def _install(self) -> None:
         from assignor.faust_adapter import install
 
+        # The join's own check first: it names the join and creates the join's topics.
+        faust_internals.add_start_check(self.app, self._before_joining)
         install(self.app, local_offsets=self.local_offsets)
         faust_internals.set_record_taker(self.app, self)
-        faust_internals.add_start_check(self.app, self._before_joining)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         self.app.on_before_shutdown.connect(self._on_shutdown)
         if self.app.conf.web_enabled:
@@ -603,8 +668,12 @@ class Runtime:
     async def _before_joining(self, bootstrap: list[str]) -> None:
         """Before the worker joins its group: partition counts, the join's own topics, and
         the local offsets found on disk (reported at the first JoinGroup)."""
+        from tables.datadir import check_data_dir, lock_data_dir
         from tables.startup import prepare_topics
 
+        if self._lock is None:  # one worker per data dir, for the life of the process
+            check_data_dir(self.data_dir)
+            self._lock = lock_data_dir(self.data_dir)
         for runner in self.runners.values():
             runner.partitions = await prepare_topics(runner.spec, ",".join(bootstrap))
         self.refresh_offsets()
@@ -643,14 +712,7 @@ class Runtime:
         )
 
     def offsets_on_disk(self, spec: JoinSpec) -> dict[int, int]:
-        return JoinState(
-            "",
-            spec.changelog_topic,
-            self.data_dir,
-            window=spec.window,
-            join_type=spec.join_type,
-            table=spec.name,
-        ).local_offsets()
+        return local_checkpoints(self.data_dir, spec.name)
 
     def local_offsets(self) -> dict[str, dict[int, int]]:
         """Changelog offsets of the state on this disk, per join changelog (the assignor

@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaProducer
 from tables.operator import JoinType, JoinWindow
 from tables.partition import Role, StatePartition
 from tables.recovery import Recovery, RestoreProgress
-from tables.store import PartitionStore, local_partitions, partition_path
+from tables.store import StoreCorruptError, local_checkpoints, open_store, partition_path, rebuild_store
 
 log = logging.getLogger(__name__)
 
@@ -145,21 +145,15 @@ class JoinState:
     # -- what is on disk -----------------------------------------------------------
 
     def local_offsets(self) -> dict[int, int]:
-        """Partition -> last changelog offset held on this disk, open or not."""
-        offsets: dict[int, int] = {}
-        for partition in local_partitions(self.data_dir, self.table):
-            state = self.partitions.get(partition)
-            checkpoint = state.checkpoint if state is not None else self._read_checkpoint(partition)
-            if checkpoint is not None:
-                offsets[partition] = checkpoint
+        """Partition -> last changelog offset held on this disk, open or not. A cheap read
+        that never raises: an unreadable store reports nothing (opening it repairs it)."""
+        offsets = local_checkpoints(self.data_dir, self.table)
+        for partition, state in self.partitions.items():
+            if state.checkpoint is None:
+                offsets.pop(partition, None)
+            else:
+                offsets[partition] = state.checkpoint
         return offsets
-
-    def _read_checkpoint(self, partition: int) -> int | None:
-        try:
-            return PartitionStore.read_checkpoint(self._path(partition))
-        except Exception as exc:  # a damaged store reports nothing; opening it repairs it
-            log.warning("tandem: cannot read the checkpoint of %s: %s", self._path(partition), exc)
-            return None
 
     # -- opening and closing -----------------------------------------------------------
 
@@ -169,7 +163,12 @@ class JoinState:
     def _open(self, partition: int, role: Role) -> None:
         state = self.partitions.get(partition)
         if state is None:
-            store = PartitionStore(self._path(partition), sync=self.sync_writes)
+            store = open_store(self._path(partition), sync=self.sync_writes)
+            if store.damage is not None:
+                self.recovery.note(
+                    f"state of {self.table}[{partition}] was damaged ({store.damage.reason}); "
+                    f"kept at {store.damage.moved_to}, restoring it from {self.changelog}"
+                )
             self.partitions[partition] = StatePartition(store, self.window, self.join_type, role, self.ids)
         elif state.role != role:
             # Uncommitted work of a demoted active is dropped: the changelog has the truth.
@@ -180,10 +179,21 @@ class JoinState:
         """Replace a partition's files with an empty store (they do not match the changelog)."""
         old = self.partitions[partition]
         old.store.destroy()
-        store = PartitionStore(self._path(partition), sync=self.sync_writes)
+        store = open_store(self._path(partition), sync=self.sync_writes)
         fresh = StatePartition(store, self.window, self.join_type, old.role, self.ids)
         self.partitions[partition] = fresh
         return fresh
+
+    def set_aside(self, partition: int, error: StoreCorruptError) -> None:
+        """A store found damaged while in use: move it aside, open an empty one, and let
+        the partition be restored again (it is no longer ready)."""
+        old = self.partitions[partition]
+        store = rebuild_store(old.store, error)
+        self.partitions[partition] = StatePartition(store, self.window, self.join_type, old.role, self.ids)
+        self.ready.discard(partition)
+        self.recovery.note(
+            f"state of {self.table}[{partition}] was damaged while in use ({error.reason}); restoring it"
+        )
 
     def _close(self, partition: int) -> None:
         self.ready.discard(partition)

@@ -189,8 +189,13 @@ async def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: 
 
 
 def embedded_env() -> dict[str, str]:
-    """Tandem's settings for a worker on the embedded broker (docs/embedded-broker.md)."""
+    """Environment for a worker on the embedded broker (docs/embedded-broker.md): Faust's
+    group timings (Faust reads these variables where the app does not set them) and Tandem's."""
     return {
+        "BROKER_SESSION_TIMEOUT": str(FAST_GROUP_SETTINGS["session_timeout_ms"] / 1000),
+        "BROKER_HEARTBEAT_INTERVAL": str(FAST_GROUP_SETTINGS["heartbeat_interval_ms"] / 1000),
+        "BROKER_REQUEST_TIMEOUT": str(FAST_GROUP_SETTINGS["request_timeout_ms"] / 1000),
+        "BROKER_COMMIT_INTERVAL": "1.0",
         "TANDEM_FETCH_MAX_WAIT_MS": str(FAST_GROUP_SETTINGS["fetch_max_wait_ms"]),
         "TANDEM_FOLLOWER_SYNC_DELAY_MS": str(FAST_GROUP_SETTINGS["follower_sync_delay_ms"]),
         "TANDEM_FETCH_HIGH_WATERMARKS": "1",

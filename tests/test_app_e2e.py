@@ -92,10 +92,13 @@ def test_sigkill_survivors_take_over_and_nothing_is_lost(
         assert len(where(letters)) == traffic.bad
         assert all(d["reason"].startswith("malformed JSON") for d in letters)
         assert all(d["category"] == "undecodable" and d["join"] == "ad-join" for d in letters)
-        # The click-through table counted every joined click once over the survivors'
-        # partitions: the victim's table partitions came back from their changelog.
+        # The click-through table counted every joined click over the survivors' partitions:
+        # the victim's table partitions came back from their changelog. At least once: a
+        # result handled just before the SIGKILL and not yet committed is handled again (and
+        # written to the output again), so the count lies between the two.
+        outputs = c.read(c.settings.joins, lambda rs: False, 3)
         clicks = sum(sum((w.get("/ad/click-throughs") or {}).values()) for w in c.live())
-        assert clicks == len(traffic.expected), clicks
+        assert len(traffic.expected) <= clicks <= len(outputs), (clicks, len(outputs))
 
 
 def test_restarted_worker_gets_partitions_back_from_local_state(

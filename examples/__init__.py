@@ -1,0 +1,1 @@
+"""Apps built on Tandem's public API (`faust -A examples.<name> worker`, from the repository root)."""
