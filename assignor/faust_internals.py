@@ -115,6 +115,11 @@ class RecordTaker(Protocol):
         """Finish or drop in-flight work before Faust commits for a revocation or a stop."""
         ...
 
+    async def dropped(self, records: dict[TP, list[Any]]) -> None:
+        """Records fetched and not taken (a rebalance began): set their partitions back so
+        that nothing is skipped."""
+        ...
+
 
 _takers: weakref.WeakKeyDictionary[Any, RecordTaker] = weakref.WeakKeyDictionary()
 _start_checks: weakref.WeakKeyDictionary[Any, list[StartCheck]] = weakref.WeakKeyDictionary()
@@ -214,9 +219,12 @@ class TandemConsumer(Consumer):
         records, active = await super()._wait_next_records(timeout)
         if records:
             taken = {tp: records.pop(tp) for tp in list(records) if taker.takes(tp.topic)}
-            # Fetched before a rebalance began: Faust seeks back to the committed offsets.
-            if taken and self.flow_active and generation == self.app.consumer_generation_id:
+            if not taken:
+                pass
+            elif self.flow_active and generation == self.app.consumer_generation_id:
                 await taker.take(taken)
+            else:  # fetched across a rebalance: not taken, and read again (Faust seeks only
+                await taker.dropped(taken)  # partitions with a commit above 0)
         return records, active
 
     async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:

@@ -142,17 +142,18 @@ class WindowedJoin:
 
     def process(self, side: Side, key: bytes, ts: int, record_id: bytes, value: bytes) -> list[Match]:
         """Matches caused by one input record (and unmatched records now due)."""
-        now = self.stream_time
-        if now is not None and ts + self._closes[side] < now:
-            self._count("late")
-            return []
         state = self.state
         left = side == "left"
         joined = _pack_len(len(key)) + key
         own = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined + _pack_time(ts + _BIAS) + record_id
         identity = ((_ID_LEFT if left else _ID_RIGHT) + joined + record_id) if self.ids else own
+        # Duplicates first: a record read again after a takeover is one, not a late record.
         if state.get(identity) is not None:
-            self._count("duplicates")  # delivered twice
+            self._count("duplicates")
+            return []
+        now = self.stream_time
+        if now is not None and ts + self._closes[side] < now:
+            self._count("late")
             return []
         if now is None or ts > now:
             self.stream_time = ts

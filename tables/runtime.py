@@ -136,6 +136,7 @@ class JoinRunner:
         self._restore_task: asyncio.Task[None] | None = None
         self._handler_failures = 0
         self._misplaced_warned: dict[str, float] = {}  # topic -> when its last warning was logged
+        self._dropped_from: dict[TP, int] = {}  # first offset dropped since the last assignment
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -172,7 +173,8 @@ class JoinRunner:
 
     async def take(self, records: dict[TP, list[ConsumerRecord]]) -> None:
         if self._revoking:
-            return  # read again after the rebalance, from the committed offsets
+            await self.dropped(records)  # read again after the rebalance
+            return
         monitor = getattr(self.app, "monitor", None)
         if monitor is not None:  # Faust's livelock detector watches this
             now = time.monotonic()
@@ -465,6 +467,12 @@ class JoinRunner:
             self.read_next.pop(tp, None)
             self.commit_at.pop(tp, None)
         self.held_back = {TP(t, p) for p in moves.to_restore for t in self.spec.input_topics}
+        # Where each active input must be read from: what this worker had not finished, or what
+        # it dropped during the rebalance (Faust seeks the rest to their committed offsets).
+        restart = {tp: self.commit_at.get(tp, first) for tp, first in self._dropped_from.items()}
+        restart |= {tp: offset for tp, offset in self.commit_at.items() if tp not in restart}
+        self._dropped_from = {}
+        await self._rewind({tp: o for tp, o in restart.items() if tp.partition in active})
         self.rebalances += 1
         self.rebalance = _rebalance(moves, epoch)
         log.info(
@@ -525,6 +533,17 @@ class JoinRunner:
             await self._rewind(restart)
         finally:
             self._working.release()
+
+    async def dropped(self, records: dict[TP, list[ConsumerRecord]]) -> None:
+        """Fetched records that will not be joined now: their partitions are set back to the
+        first record not done, or to the first dropped, so that they are read again."""
+        restart = {}
+        for tp, found in records.items():
+            if found:
+                first = min(self._dropped_from.get(tp, found[0].offset), found[0].offset)
+                self._dropped_from[tp] = first
+                restart[tp] = self.commit_at.get(tp, first)
+        await self._rewind(restart)
 
     async def _rewind(self, restart: dict[TP, int]) -> None:
         """Set each input partition's position back to its first record not done. Faust only
@@ -662,6 +681,13 @@ class Runtime:
             by_runner.setdefault(self._by_topic[tp.topic].spec.name, {})[tp] = found
         for name, taken in by_runner.items():
             await self.runners[name].take(taken)
+
+    async def dropped(self, records: dict[TP, list[Any]]) -> None:
+        by_runner: dict[str, dict[TP, list[Any]]] = {}
+        for tp, found in records.items():
+            by_runner.setdefault(self._by_topic[tp.topic].spec.name, {})[tp] = found
+        for name, dropped in by_runner.items():
+            await self.runners[name].dropped(dropped)
 
     def held_back(self) -> set[TP]:
         held: set[TP] = set()
