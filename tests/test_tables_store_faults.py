@@ -32,7 +32,9 @@ from tables.datadir import LOCK_FILE, DataDirError, DataDirLocked, check_data_di
 from tables.store import (
     CHECKPOINT_KEY,
     DAMAGED_DIR,
+    FORMAT_FILE,
     FORMAT_KEY,
+    FORMAT_VERSION,
     HINT_FILE,
     PartitionStore,
     StateFormatError,
@@ -358,6 +360,39 @@ def test_a_newer_format_is_refused_and_left_untouched(tmp_path: Path) -> None:
     db = Rdict(str(path), Options(raw_mode=True))  # every record still there
     assert sum(1 for _ in db.keys(from_key=b"r")) >= BATCHES * PER_BATCH
     db.close()
+
+
+def files_of(path: Path) -> dict[str, bytes]:
+    """Every file of a store but RocksDB's info LOG (which any open, even read-only, writes)."""
+    files = sorted(path.iterdir())
+    return {p.name: p.read_bytes() for p in files if p.is_file() and not p.name.startswith("LOG")}
+
+
+def test_a_store_records_its_format_next_to_its_files(tmp_path: Path) -> None:
+    path = tmp_path / "joins" / "0"
+    fill_store(path, batches=1)
+    assert (path / FORMAT_FILE).read_text() == f"tandem-state-format {FORMAT_VERSION}\n"
+    (path / FORMAT_FILE).write_bytes(b"\x00garbage")  # unreadable: the key in RocksDB decides
+    PartitionStore(path).close()
+    assert (path / FORMAT_FILE).read_text() == f"tandem-state-format {FORMAT_VERSION}\n"
+
+
+def test_a_newer_format_file_is_refused_before_rocksdb_opens_anything(tmp_path: Path) -> None:
+    """What a rollback finds: the next version wrote its format file. Nothing is opened for
+    writing (an open rewrites CURRENT, the MANIFEST and OPTIONS), at start or at assignment."""
+    data = tmp_path / "data"
+    path = data / "joins" / "0"
+    fill_store(path)
+    (path / FORMAT_FILE).write_text(f"tandem-state-format {FORMAT_VERSION + 1}\n")
+    (data / "joins" / DAMAGED_DIR / "1-old").mkdir(parents=True)  # set aside: not checked
+    (data / "joins" / DAMAGED_DIR / "1-old" / FORMAT_FILE).write_text("tandem-state-format 99\n")
+    before = files_of(path)
+    for refuse in (PartitionStore, open_store, lambda p: check_data_dir(p.parent.parent)):
+        with pytest.raises(StateFormatError) as raised:
+            refuse(path)
+        assert raised.value.path == path
+        assert (raised.value.found, raised.value.known) == (FORMAT_VERSION + 1, FORMAT_VERSION)
+    assert files_of(path) == before and not (data / "joins" / DAMAGED_DIR / "0").exists()
 
 
 def test_an_older_format_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
