@@ -162,11 +162,12 @@ def tmpfs(mount_point: Path, size: str, read_only: bool = False) -> Iterator[Pat
 
 
 def fill_disk(directory: Path) -> Path:
+    """Fill the file system of `directory` to the last byte. Unbuffered: a buffered file kept
+    what did not fit and raised ENOSPC again from close()."""
     filler = directory / "filler"
-    with open(filler, "wb") as out, contextlib.suppress(OSError):
+    with open(filler, "wb", buffering=0) as out, contextlib.suppress(OSError):
         for _ in range(100_000):  # bounded: a tmpfs here is a few MB
             out.write(b"\0" * 65536)
-            out.flush()
     return filler
 
 
