@@ -258,6 +258,7 @@ class PartitionStore:
         self.checkpoint: int | None = None
         self.damage: Damage | None = None  # set by open_store when it replaced a damaged store
         self._failed: StoreWriteError | None = None
+        self._closed = False
         had_data = _inspect_before_open(self.path)
         refuse_newer_format(self.path)
         self._db = _open_rdict(self.path)
@@ -333,9 +334,17 @@ class PartitionStore:
             self.checkpoint = checkpoint
             self._hint.write(checkpoint)
 
+    @property
+    def failed(self) -> StoreWriteError | None:
+        """The write that failed, if one did: the store takes no more writes until reopened."""
+        return self._failed
+
     def close(self) -> None:
-        """Close the database; files stay. Never raises: a close that cannot flush
-        (a full disk, a failed store) leaves what was written in RocksDB's log."""
+        """Close the database (once; again is a no-op); files stay. Never raises: a close that
+        cannot flush (a full disk, a failed store) leaves what was written in RocksDB's log."""
+        if self._closed:
+            return
+        self._closed = True
         self._hint.close()
         _close_quietly(self._db, self.path)
 

@@ -678,3 +678,46 @@ def test_a_full_disk_stops_the_worker_without_acking_and_a_restart_loses_nothing
             assert not view["events"], view  # nothing was damaged: the state is sound
         finally:
             worker.kill()
+
+
+def test_a_restore_onto_a_full_disk_waits_for_space_and_loses_nothing(setup: Setup) -> None:
+    """The worker's state restored onto a new 16 MB tmpfs that has a few hundred KB left: enough
+    to start and open the stores, not to write what the changelog holds. The restore fails and
+    is retried, the store reopened at its checkpoint each time (it takes no writes after a failed
+    one); the partitions are not processed meanwhile. Once space is freed the restore completes
+    and every impression is there."""
+    worker = setup.worker()
+    joins_dir = worker.data_dir / "tandem-joins"
+    joins_dir.mkdir(parents=True)
+    with tmpfs(joins_dir, "16m"):
+        try:
+            worker.start()
+            ready(worker)
+            old = range(3000)
+            setup.process(setup.impressions(old) + setup.clicks(old), joined(old))
+            worker.stop()
+            shutil.rmtree(joins_dir / JOIN_NAME)  # a new disk: the state comes from the changelog
+            filler = fill_disk(joins_dir)
+            os.truncate(filler, filler.stat().st_size - 256 * 1024)
+
+            since = log_size(worker)
+            worker = setup.worker(port=worker.port).start()
+
+            def retried() -> bool:
+                worker.check()
+                view = worker.join() or {}
+                reopened = any("(ENOSPC): reopened" in e for e in view["events"])
+                return bool(view.get("restoring")) and reopened
+
+            assert wait_for(retried, 30, 0.2), tail(worker)
+            log = log_of(worker, since)
+            assert "restore of [0, 1] failed; retrying" in log, tail(worker)
+            assert "No space left on device" in log, tail(worker)
+            filler.unlink()  # space returns
+            ready(worker, 30)
+            setup.send(setup.clicks(old, tag="r"))
+            expected = joined(old) | joined(old, "r")
+            written = setup.output(expected)
+            assert set(written) == expected, difference(expected, written)
+        finally:
+            worker.kill()

@@ -280,6 +280,16 @@ def test_at_most_three_damaged_copies_are_kept_per_table(tmp_path: Path) -> None
     assert kept == sorted(p.name for p in moved[-3:])  # the newest three, of either partition
 
 
+def test_closing_twice_is_quiet(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A store whose write failed is closed before it is reopened, and again by whoever held it."""
+    store = PartitionStore(tmp_path / "joins" / "0")
+    assert store.failed is None
+    store.close()
+    with caplog.at_level(logging.WARNING):
+        store.close()
+    assert not caplog.records
+
+
 def test_a_healthy_store_reopens_untouched_after_its_process_was_killed(tmp_path: Path) -> None:
     """No false alarm: state still in RocksDB's log (the process died without a close)."""
     path = tmp_path / "joins" / "0"
@@ -627,6 +637,7 @@ def test_disk_full_write_fails_clearly_and_loses_nothing_acknowledged(tmp_path: 
         assert store.get(b"big-0") is None and store.get(record(2, 199)[0]) == record(2, 199)[1]
         with pytest.raises(StoreWriteError):  # refuses more writes until reopened
             store.write({b"small": b"x"}, 4)
+        assert store.failed is raised.value  # what a restore checks before it retries
         store.close()  # never raises, even though it cannot flush
 
         with pytest.raises(StoreOpenError) as full:  # still full: refused, not moved aside
