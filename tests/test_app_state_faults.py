@@ -604,36 +604,32 @@ def chown_tree(top: Path, uid: int) -> None:
 
 
 def test_a_state_directory_the_worker_cannot_read_stops_it_with_the_path(public_setup: Setup) -> None:
-    """The data dir copied as root, the worker run as nobody: all its files handed over but one
-    partition's directory (0700, root's)."""
+    """The worker run as nobody on a data dir that is its own but for one partition's store,
+    copied in as root (0700). It stops before it joins its group, naming that directory; once
+    the directory is handed over it starts, and joins."""
     setup = public_setup
-    worker = setup.worker().start()  # as root: the state to copy
-    ready(worker)
-    numbers = range(200)
-    setup.process(setup.impressions(numbers) + setup.clicks(numbers), joined(numbers))
-    worker.stop()
-    chown_tree(worker.data_dir, NOBODY)
+    worker = setup.worker("w1", kind=NobodyWorker)
     locked_out = setup.state_dir(worker) / "1"
+    PartitionStore(locked_out).close()
+    chown_tree(worker.data_dir, NOBODY)
     os.chown(locked_out, 0, 0)
     locked_out.chmod(0o700)
 
-    since = log_size(worker)
-    worker = setup.worker("w1", kind=NobodyWorker, port=worker.port).start()
+    worker.start()
     assert exited(worker) != 0
-    log = log_of(worker, since)
+    log = log_of(worker)
     joins_dir = worker.data_dir / "tandem-joins"
     refused = f"data dir {joins_dir}: {locked_out} is not readable and writable by this user"
     assert refused in log, tail(worker)
     assert "DataDirError" in log and "rocksdict" not in log and "IO error" not in log, tail(worker)
+    assert "assigned actives" not in log, tail(worker)  # refused before it joined the group
 
-    chown_tree(locked_out, NOBODY)  # the operator fixes it: the worker starts, nothing lost
+    chown_tree(locked_out, NOBODY)  # the operator fixes it
     worker = setup.worker("w1", kind=NobodyWorker, port=worker.port).start()
-    view = ready(worker)
-    assert view["last_rebalance"]["replayed"] == 0 and not view["events"], view
-    setup.send(setup.clicks(numbers, tag="r"))
-    expected = joined(numbers) | joined(numbers, "r")
-    written = setup.output(expected)
-    assert set(written) == expected, difference(expected, written)
+    ready(worker)
+    numbers = range(200)
+    setup.process(setup.impressions(numbers) + setup.clicks(numbers), joined(numbers))
+    assert (worker.join() or {}).get("results") == len(numbers)
 
 
 # -- 5. the disk full while the worker writes state ------------------------------------------------
@@ -706,7 +702,7 @@ def test_a_restore_onto_a_full_disk_waits_for_space_and_loses_nothing(setup: Set
             def retried() -> bool:
                 worker.check()
                 view = worker.join() or {}
-                reopened = any("(ENOSPC): reopened" in e for e in view["events"])
+                reopened = any("(ENOSPC): reopened" in e for e in view.get("events", []))
                 return bool(view.get("restoring")) and reopened
 
             assert wait_for(retried, 30, 0.2), tail(worker)
