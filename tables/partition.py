@@ -15,6 +15,7 @@ from typing import Literal
 
 from aiokafka import AIOKafkaProducer
 
+from tables import keys
 from tables.kv import Overlay
 from tables.operator import JoinType, JoinWindow, WindowedJoin
 from tables.producing import send_records
@@ -40,7 +41,8 @@ class StatePartition:
 
     def reset(self) -> None:
         """Forget what was applied but not written (the changelog has the truth)."""
-        self.overlay = Overlay(self.store)
+        # Id entries and counters are only looked up by key: they skip the overlay's scan index.
+        self.overlay = Overlay(self.store, unscanned=(keys.ID, keys.META))
         self.join = WindowedJoin(self.overlay, self.window, self.join_type, self.ids)
 
     @property

@@ -30,7 +30,10 @@ L = TypeVar("L")
 R = TypeVar("R")
 
 Decode = Callable[[bytes], Any]
-Outgoing = tuple[str, int | None, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]
+# topic, partition (None: the key's), key, value, headers, and the partition of the result
+# being handled when the record's key is that result's join key (then it is the key's
+# partition too, in a topic with the join's partition count).
+Outgoing = tuple[str, int | None, bytes | None, bytes | None, Sequence[tuple[str, bytes]], int | None]
 
 
 @dataclass
@@ -149,6 +152,7 @@ class JoinResults(Generic[K, L, R]):
         self._serializers = serializers
         self._event: object = None  # keeps Faust's current event alive (a weak reference)
         self.partition: int | None = None  # of the result being handled
+        self._keys: set[bytes | None] | frozenset[bytes] = frozenset()  # join keys of what is handled
 
     def __aiter__(self) -> JoinResults[K, L, R]:
         return self
@@ -159,6 +163,7 @@ class JoinResults(Generic[K, L, R]):
         partition, match = feed.items[at]
         if partition != self.partition:
             self._at_partition(partition)
+        self._keys = {match.key}
         return self._result(match)
 
     async def batches(self) -> AsyncIterator[JoinBatch[K, L, R]]:
@@ -172,7 +177,9 @@ class JoinResults(Generic[K, L, R]):
                 end += 1
             feed.index = end
             self._at_partition(partition)
-            yield JoinBatch(partition, [self._result(m) for _, m in feed.items[first:end]])
+            matches = [m for _, m in feed.items[first:end]]
+            self._keys = {m.key for m in matches}
+            yield JoinBatch(partition, [self._result(m) for m in matches])
 
     def _at_partition(self, partition: int) -> None:
         self.partition = partition
@@ -203,4 +210,6 @@ class JoinResults(Generic[K, L, R]):
         raw_key = dumps_key(key)
         if partition is None and raw_key is None:
             partition = self.partition
-        self._outbox.append((name, partition, raw_key, dumps_value(value), headers))
+        # A join key of this partition's results lies on this partition (the key's own).
+        same_key = self.partition if raw_key in self._keys else None
+        self._outbox.append((name, partition, raw_key, dumps_value(value), headers, same_key))

@@ -35,7 +35,6 @@ from typing import Any
 
 import orjson
 from aiokafka import ConsumerRecord
-from aiokafka.partitioner import murmur2
 from faust.types import TP, AppT
 
 from assignor import faust_internals
@@ -45,7 +44,7 @@ from tables.codecs import CATEGORIES, DROPPED, Accepted, Rejected, SideCodec, ke
 from tables.datadir import DataDirLock
 from tables.keys import Side
 from tables.operator import Match
-from tables.partitioners import find_misplaced, misplaced_reason
+from tables.partitioners import find_misplaced, misplaced_reason, partitions_for
 from tables.producing import changelog_configs, create_topics, start_sending
 from tables.results import Feed, JoinResults, Outgoing, Serializers
 from tables.settings import RuntimeSettings
@@ -141,8 +140,9 @@ class JoinRunner:
     # -- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        if self._loop_task is None:
+        if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.create_task(self._run(), name=f"tandem-join-{self.spec.name}")
+        if self._handler_task is None or self._handler_task.done():
             self._start_handler()
 
     async def stop(self) -> None:
@@ -238,6 +238,7 @@ class JoinRunner:
             items = self._release(partition)
             if not items:
                 continue
+            await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
             join = state.active(partition).join
             matches: list[Match] = []
             for side, key, ts, record_id, value in items:
@@ -409,14 +410,28 @@ class JoinRunner:
     async def _by_partition(
         self, outbox: list[Outgoing]
     ) -> dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]]:
-        grouped: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]] = {}
+        """Each record's partition: given, or its key's under Kafka's murmur2 (a whole batch at
+        once), or the result's own when the key is the join key and the topic has the join's
+        partition count (the input's partitioner was checked to be murmur2)."""
         counts: dict[str, int] = {}
-        for topic, partition, key, value, headers in outbox:
+        for topic in {o[0] for o in outbox if o[1] is None}:
+            counts[topic] = len(await faust_internals.producer_of(self.app).partitions_for(topic))
+        same = self.spec.partitioner == "murmur2"
+        unplaced = [
+            i
+            for i, o in enumerate(outbox)
+            if o[1] is None and not (same and o[5] is not None and counts[o[0]] == self.partitions)
+        ]
+        placed: dict[int, int] = {}
+        for topic in {outbox[i][0] for i in unplaced}:
+            mine = [i for i in unplaced if outbox[i][0] == topic]
+            found = partitions_for([outbox[i][2] for i in mine], counts[topic], "murmur2")  # type: ignore[misc]
+            placed.update(zip(mine, found.tolist(), strict=True))
+        grouped: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]] = {}
+        for i, (topic, partition, key, value, headers, same_key) in enumerate(outbox):
             if partition is None:
-                if topic not in counts:
-                    counts[topic] = len(await faust_internals.producer_of(self.app).partitions_for(topic))
-                partition = (murmur2(key) & 0x7FFFFFFF) % counts[topic]  # type: ignore[arg-type]
-            grouped.setdefault((topic, partition), []).append((key, value, headers))
+                partition = placed.get(i, same_key)
+            grouped.setdefault((topic, partition), []).append((key, value, headers))  # type: ignore[arg-type]
         return grouped
 
     def _letters(self, letters: list[Letter]) -> dict[int, list[tuple[bytes | None, bytes | None, Any]]]:
@@ -498,14 +513,31 @@ class JoinRunner:
                 self.state.discard(partition)  # type: ignore[union-attr]
             await self._working.acquire()
         try:
+            restart = dict(self.commit_at)
             while not self._queue.empty():
-                self._queue.get_nowait()
+                for tp, records in self._queue.get_nowait().items():
+                    if records:
+                        restart.setdefault(tp, records[0].offset)
             held = self.aligner.held()
             self.aligner.forget()
             if held:
                 log.info("tandem: join %r: %s held records left to be read again", self.spec.name, held)
+            await self._rewind(restart)
         finally:
             self._working.release()
+
+    async def _rewind(self, restart: dict[TP, int]) -> None:
+        """Set each input partition's position back to its first record not done. Faust only
+        seeks a partition that has a committed offset above 0 after a rebalance (aiokafka's
+        seek_to_committed): without this, what was dropped before the first commit of a kept
+        partition would never be read again."""
+        consumer = self.app.consumer
+        for tp, offset in restart.items():
+            self.read_next[tp] = offset
+            try:
+                await consumer.seek(tp, offset)
+            except Exception as exc:  # stopping, or no longer assigned: its next owner reads it
+                log.debug("tandem: no seek of %s to %s: %r", tp, offset, exc)
 
     # -- what the view and the assignor read ------------------------------------------------
 
@@ -607,9 +639,10 @@ class Runtime:
     def _install(self) -> None:
         from assignor.faust_adapter import install
 
+        # The join's own check first: it names the join and creates the join's topics.
+        faust_internals.add_start_check(self.app, self._before_joining)
         install(self.app, local_offsets=self.local_offsets)
         faust_internals.set_record_taker(self.app, self)
-        faust_internals.add_start_check(self.app, self._before_joining)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         self.app.on_before_shutdown.connect(self._on_shutdown)
         if self.app.conf.web_enabled:

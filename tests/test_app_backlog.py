@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from app.cluster import WorkerProcess
+from app.cluster import WorkerProcess, wait_for
 from app.settings import Settings, create_topics, from_env
 from app.traffic import ad_events, produce_events
 from tables.testing import EmbeddedBroker, high_watermarks
@@ -46,7 +46,7 @@ PARTITIONS = 4
 IMPRESSIONS = 8_000  # and about 4,800 clicks
 STRIDE = 20  # every 20th auction: impressions 200 ms apart, ~1,600 s of them
 CATCH_UP_S = 90.0  # to own every partition and process the whole backlog
-SETTLE_S = 2.0  # "outputs" unchanged this long at lag 0: nothing more is coming
+SETTLE_S = 2.0  # "results" unchanged this long at lag 0: nothing more is coming
 
 
 @dataclasses.dataclass
@@ -112,8 +112,8 @@ async def _read_all(bootstrap: str, topic: str, ends: dict[int, int], timeout: f
 
 
 def _lags(view: dict[str, Any] | None) -> dict[str, int] | None:
-    """Each partition's unprocessed input, once the worker owns every partition and
-    knows where each ends (as benchmarks/bench_worker.consumed)."""
+    """Each partition's unprocessed input (from the ad join's view), once the worker owns
+    every partition and knows where each ends (as benchmarks/bench_worker.consumed)."""
     if view is None or len(view["actives"]) < PARTITIONS:
         return None
     lags = view["lag"]
@@ -123,23 +123,23 @@ def _lags(view: dict[str, Any] | None) -> dict[str, int] | None:
 
 
 def _catch_up(worker: WorkerProcess, timeout: float) -> tuple[dict[str, int], dict[str, Any]]:
-    """Poll the worker's view until its lag is 0 on every partition and its outputs have
+    """Poll the worker's view until its lag is 0 on every partition and its results have
     settled: returns the first complete lag view and the last view."""
     first: dict[str, int] | None = None
-    settled: tuple[float, int] | None = None  # (since when, outputs) at lag 0
+    settled: tuple[float, int] | None = None  # (since when, results) at lag 0
     last: dict[str, Any] | None = None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         worker.check()  # a crashed worker fails now, with its log
-        view = worker.view()
+        view = worker.join()
         lags = _lags(view)
         if view is not None and lags is not None:
             last = view
             first = first or lags
             if sum(lags.values()) == 0:
                 now = time.monotonic()
-                if settled is None or settled[1] != view["outputs"]:
-                    settled = (now, view["outputs"])
+                if settled is None or settled[1] != view["results"]:
+                    settled = (now, view["results"])
                 elif now - settled[0] >= SETTLE_S:
                     return first, view
             else:
@@ -195,7 +195,7 @@ def test_worker_started_on_a_backlog_drops_nothing_as_late(
     assert view["late"] == 0, summary
     assert not missing, summary
     assert not wrong, summary
-    assert len(results) == view["outputs"], (len(results), view["outputs"])
+    assert len(results) == view["results"], (len(results), view["results"])
     # Records of other kinds (a left join's unmatched impressions) never stand for a
     # clicked impression.
     unmatched = {r["impression_id"] for r in results if r["kind"] != "inner"}
@@ -204,30 +204,35 @@ def test_worker_started_on_a_backlog_drops_nothing_as_late(
 
 # A rebalance in the middle of the catch-up: a backlog that takes one worker long enough
 # for a second one to start and join the group (a Faust process starts in a few seconds,
-# the embedded broker holds its JoinGroup for one more).
-REBALANCE_IMPRESSIONS = 40_000  # and about 24,000 clicks
+# the embedded broker holds its JoinGroup for one more). One worker joins about 10,000
+# records a second here, and w2's JoinGroup comes about 5 s after w1 starts joining.
+REBALANCE_IMPRESSIONS = 80_000  # and about 48,000 clicks
+RESTORED = re.compile(r"tandem: join '[^']+' restored:")
 REBALANCE_S = 30.0  # from w2's start until w1 is assigned again (normally a few seconds)
 REBALANCE_WAIT_S = 45.0  # then both workers own partitions, all caught up and settled
-HELD_DROPPED = re.compile(r"tandem: (\d+) held records left to be read again after the rebalance")
+HELD_DROPPED = re.compile(r"tandem: join '[^']+': (\d+) held records left to be read again")
 
 
 def _dropped(worker: WorkerProcess) -> list[int]:
-    """Records held at each `Worker.drop_held` the worker logged: left unjoined and
-    unacked when Faust waited for acks, to be read again after the rebalance."""
+    """Records held at each revocation or stop the worker logged (`JoinRunner.quiesce`):
+    left unjoined and uncommitted, to be read again from the committed offsets."""
     text = worker.log_path.read_text(errors="replace")
     return [int(n) for n in HELD_DROPPED.findall(text)]
 
 
-def _both_caught_up(workers: list[WorkerProcess], timeout: float) -> dict[str, dict[str, Any]]:
+def _both_caught_up(
+    workers: list[WorkerProcess], timeout: float
+) -> tuple[dict[str, dict[str, Any] | None], bool]:
     """Poll until every partition is active on exactly one worker, each worker owns some,
-    every owner's lag is 0 and the total outputs stay unchanged for SETTLE_S."""
+    every owner's lag is 0 and the total results stay unchanged for SETTLE_S. Returns the
+    last views and whether that happened within `timeout`."""
     settled: tuple[float, int] | None = None
     last: dict[str, dict[str, Any] | None] = {}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for worker in workers:
             worker.check()
-        last = {w.name: w.view() for w in workers}
+        last = {w.name: w.join() for w in workers}
         done = all(v is not None and v["actives"] for v in last.values())
         if done:
             owned = sorted(p for v in last.values() for p in v["actives"])  # type: ignore[union-attr]
@@ -235,25 +240,25 @@ def _both_caught_up(workers: list[WorkerProcess], timeout: float) -> dict[str, d
             done = owned == list(range(PARTITIONS)) and all(lag == 0 for lag in lags)
             done = done and all(v["last_rebalance"]["seconds"] is not None for v in last.values())  # type: ignore[index]
         if done:
-            outputs = sum(v["outputs"] for v in last.values())  # type: ignore[index]
+            results = sum(v["results"] for v in last.values())  # type: ignore[index]
             now = time.monotonic()
-            if settled is None or settled[1] != outputs:
-                settled = (now, outputs)
+            if settled is None or settled[1] != results:
+                settled = (now, results)
             elif now - settled[0] >= SETTLE_S:
-                return last  # type: ignore[return-value]
+                return last, True
         else:
             settled = None
         time.sleep(0.2)
-    raise AssertionError(f"not shared and caught up within {timeout} s; last views: {last}")
+    return last, False
 
 
 def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
     broker: EmbeddedBroker, unique: str, tmp_path: Path
 ) -> None:
     """A second worker joins while the first is catching up on a backlog: the first has
-    its partitions revoked with records held for event-time order, and Faust waits for
-    every event it handed over to be acked before the revocation goes on. The worker leaves
-    its held records unjoined and unacked (`Worker.drop_held`), to be read again from the
+    its partitions revoked with records held for event-time order. Before Faust commits for
+    the revocation, the join runtime finishes the batch in flight and leaves its held
+    records unjoined and uncommitted (`JoinRunner.quiesce`), to be read again from the
     committed offsets; the rebalance must complete, the two workers must finish the
     backlog between them, and every click's join must be in the output (duplicates
     allowed: at-least-once). `late` is reported, not asserted: a click dropped as late
@@ -279,29 +284,25 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
     started = time.monotonic()
     w1.start()
     try:
-        # w1 alone, part of the way through: every partition's lag known, some joined.
-        mid: dict[str, Any] | None = None
-        deadline = time.monotonic() + CATCH_UP_S
-        while mid is None:
-            assert time.monotonic() < deadline, f"w1 never started on the backlog: {w1.view()}"
+        # w1 alone, its partitions ready: w2 starts now. Read from w1's log, not its view:
+        # a batch of the catch-up can keep w1's web server from answering for seconds.
+        def ready() -> bool:
             w1.check()
-            view = w1.view()
-            lags = _lags(view)
-            if view is not None and lags is not None and view["outputs"] > 0:
-                assert sum(lags.values()) > 0, f"w1 caught up before w2 could start: {view}"
-                mid = view
-            time.sleep(0.1)
+            return bool(RESTORED.search(w1.log_path.read_text(errors="replace")))
+
+        assert wait_for(ready, CATCH_UP_S, interval=0.05), f"w1 never got its partitions: {w1.log_path}"
         w2_started = time.monotonic()
         w2.start()
+        mid = w1.join() or {"lag": {}, "held": None}  # what w1 had left when w2 started
         # Until w1 is assigned again. Before its revocation goes on, it drops what it held;
-        # anything it still held then would keep Faust's wait_empty, and with it the whole
-        # group's rebalance, waiting.
+        # a batch that never finished would keep the consumer's wait_empty, and with it the
+        # whole group's rebalance, waiting.
         before, stuck = mid, 0  # w1's last view before the revocation; what it holds since
         deadline = time.monotonic() + REBALANCE_S
         while True:
             w1.check()
             w2.check()
-            view = w1.view()
+            view = w1.join()
             if view is not None:
                 if view["rebalances"] >= 2:
                     break
@@ -315,12 +316,12 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
                     f"takes a few): it held {before['held']} records (lag "
                     f"{sum(before['lag'].values())}) before the revocation, dropped "
                     f"{_dropped(w1)} records then, and still holds "
-                    f"{None if view is None else view['held']} whose acks Faust's wait_empty "
-                    f"waits for; log {w1.log_path}"
+                    f"{None if view is None else view['held']} (the consumer's wait_empty waits "
+                    f"for the batch in flight); log {w1.log_path}"
                 )
             time.sleep(0.05)
         rebalanced_s = time.monotonic() - w2_started
-        final = _both_caught_up([w1, w2], REBALANCE_WAIT_S)
+        final, caught_up = _both_caught_up([w1, w2], REBALANCE_WAIT_S)
         done_s = time.monotonic() - started
         dropped = _dropped(w1) + _dropped(w2)  # before the stops drop anything
     finally:
@@ -330,11 +331,17 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
     letter_ends = asyncio.run(high_watermarks(broker.bootstrap, settings.dead_letters, PARTITIONS, 15))
     results = asyncio.run(_read_all(broker.bootstrap, settings.joins, joins_ends, 30))
 
-    v1, v2 = final["w1"], final["w2"]
     inner = [r["join_id"] for r in results if r["kind"] == "inner"]
     missing, wrong = backlog.expected - set(inner), set(inner) - backlog.expected
+    v1, v2 = final["w1"], final["w2"]
+    # Judge the output even when the workers did not finish: what is missing says why.
+    assert caught_up and v1 is not None and v2 is not None, (
+        f"not shared and caught up within {REBALANCE_WAIT_S} s; inner joins missing "
+        f"{len(missing)} of {len(backlog.expected)}; last views {final}; logs {w1.log_path}, {w2.log_path}"
+    )
     summary = (
-        f"backlog {backlog.total} records; w2 started at w1's lag {sum(mid['lag'].values())}, "
+        f"backlog {backlog.total} records; w2 started at w1's lag "
+        f"{sum(v or 0 for v in mid['lag'].values())}, "
         f"held {mid['held']}; w1 before the revocation: lag {sum(before['lag'].values())}, "
         f"held {before['held']}; held records dropped at the revocation {dropped}; "
         f"held after that {stuck}; w1 assigned again {rebalanced_s:.1f} s after w2 started; "
@@ -348,6 +355,8 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
     # The rebalance completed: both own partitions, w1 was assigned twice, none exited.
     assert v1["actives"] and v2["actives"], summary
     assert v1["rebalances"] >= 2, summary
+    # And it came mid-backlog: input of the partitions w2 took over was still to be joined.
+    assert v2["results"] > 0, summary
     assert v1["dead_letters"] == v2["dead_letters"] == 0 and sum(letter_ends.values()) == 0, summary
     assert not wrong, summary
     assert not missing, summary

@@ -79,7 +79,7 @@ def test_a_librdkafka_producer_on_its_default_partitioner_is_caught(
                 _read(broker.bootstrap, settings.joins, lambda rs: {r["join_id"] for r in rs} >= expected, 60)
             )
         }
-        print(f"joined {len(joins)} (of them {len(placed)} from the default partitioner), dead letters {len(letters)}")
+        print(f"joined {len(joins)} ({len(placed)} by the default partitioner), dead letters {len(letters)}")
         assert joins == expected  # every correctly placed click joined, the misplaced none
         assert 150 < len(placed) < 350  # about a quarter land where murmur2 would put them
         assert len(letters) == N - len(placed)
@@ -89,6 +89,10 @@ def test_a_librdkafka_producer_on_its_default_partitioner_is_caught(
             assert f"belongs to partition {expected_partition} under murmur2" in letter["reason"]
             assert f"read from partition {letter['partition']}" in letter["reason"]
             assert "murmur2_random" in letter["reason"]  # what to change in the producer
+        # Results go to the partition Kafka's partitioner gives their key (they are keyed by
+        # auction id, so the partition of the impression and click they join).
+        placed_out = asyncio.run(_placements(broker.bootstrap, settings.joins))
+        assert placed_out and all(partition_for(k, PARTITIONS, "murmur2") == p for p, k in placed_out)
         view = worker.join()
         assert view is not None and view["dead_letters_by_category"] == {"wrong_partition": N - len(placed)}
         log = worker.log_path.read_text()
@@ -96,6 +100,30 @@ def test_a_librdkafka_producer_on_its_default_partitioner_is_caught(
         assert log.count("belong to another partition") == 1  # at most once a minute per input
     finally:
         worker.stop(15)
+
+
+async def _placements(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
+    """(partition, key) of every record of `topic`."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from tables.testing import caught_up
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        found: list[tuple[int, bytes]] = []
+        for _ in range(100):
+            batch = await consumer.getmany(timeout_ms=200)
+            found += [(tp.partition, r.key) for tp, records in batch.items() for r in records]
+            if await caught_up(consumer, tps):
+                return found
+        raise TimeoutError(topic)
+    finally:
+        await consumer.stop()
 
 
 def _agree(key: bytes) -> bool:

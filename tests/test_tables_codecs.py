@@ -166,3 +166,24 @@ def test_accepted_records_always_build_and_rejected_ones_say_why(value: dict[str
     built = codec().value(orjson.dumps(value))
     assert type(built.order_id) is int and type(built.customer) is str
     assert type(built.amount) in (int, float) and (built.note is None or type(built.note) is str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {
+            "order_id": st.integers(-(2**63), 2**63 - 1),
+            "customer": st.text(max_size=5),
+            "amount": st.floats(allow_nan=False, allow_infinity=False),
+        },
+        optional={"note": st.one_of(st.none(), st.text(max_size=3)), "extra": st.integers()},
+    )
+)
+def test_records_made_without_faust_s_constructor_equal_faust_s(value: dict[str, typing.Any]) -> None:
+    """The fast path for plain fields builds the same record as Faust's from_data."""
+    form = value_form(Order, "json", lambda raw: None)
+    assert form._plain  # type: ignore[attr-defined]
+    fast, faust_made = form.build(dict(value)), Order.from_data(dict(value))
+    assert fast == faust_made and fast.asdict() == faust_made.asdict()
+    assert Order.loads(fast.dumps()) == faust_made
+    assert not value_form(Strict, "json", lambda raw: None)._plain  # type: ignore[attr-defined]
