@@ -229,7 +229,9 @@ class Recovery:
             except Exception:
                 log.exception("tandem: standby tail of %s %s failed; restarting", self.changelog, partitions)
                 for partition in partitions:  # drop what was applied but not written
-                    self.partitions[partition].reset()
+                    state = self.partitions[partition]
+                    if state.store.failed is None:  # a failed store is reopened instead (it may be closed)
+                        state.reset()
                 await asyncio.sleep(1.0)
 
     async def _tail_once(self, partitions: list[int]) -> None:

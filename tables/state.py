@@ -171,6 +171,8 @@ class JoinState:
 
     def _open(self, partition: int, role: Role) -> None:
         state = self.partitions.get(partition)
+        if state is not None and state.store.failed is not None:
+            state = self._reopen(partition)  # a standby whose write failed (a full disk)
         if state is None:
             store = self._open_store(partition)
             self.partitions[partition] = StatePartition(store, self.window, self.join_type, role, self.ids)
