@@ -10,7 +10,9 @@ broker a few times. Then it waits until the group has committed every input
 offset and judges the output twice: here, against the join ids the generator
 knows it must produce (raw copies, distinct ids, copies that disagree), and with
 `python -m pipeline reconcile` against the batch reference join of the topics.
-Exit 0 when nothing is missing or spurious and every bad record is dead-lettered.
+Exit 0 when nothing is missing or spurious, every bad record is dead-lettered where
+it was read (topic, partition, offset) with its reason, and every null value is
+dropped and counted (`null_values` in the workers' views), never dead-lettered.
 """
 
 from __future__ import annotations
@@ -68,10 +70,16 @@ def bad_records(i: int, run: str, now: int) -> list[tuple[str, bytes | None, byt
         ("past", key.encode(), v(ts=now - 8 * DAY_MS)),
         ("future", key.encode(), v(ts=now + 2 * DAY_MS)),
         ("null-value", key.encode(), None),
+        ("null-kafka-key", None, v()),
     ]
 
 
 _DROP = object()
+NULL_VALUE = "null-value"  # dropped and counted by the join, not dead-lettered (Kafka Streams 3.8+)
+
+# (topic, key, value, the kind of bad record or None)
+Sent = tuple[str, bytes | None, bytes | None, str | None]
+Place = tuple[str, int, int]  # topic, partition, offset
 
 
 @dataclasses.dataclass
@@ -103,14 +111,14 @@ class Generator:
     def _count(self, kind: str, n: int = 1) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + n
 
-    def step(self, i: int) -> list[tuple[str, bytes | None, bytes | None]]:
+    def step(self, i: int) -> list[Sent]:
         """Records for auction `i`: due clicks, its impression, maybe a duplicate or a bad one."""
         ts = self.start_ms + i // self.per_ms
         out = self._due_clicks(ts)
         auction = f"{self.run}-a{i}"
         imp = {"event_id": f"{self.run}-i{i}", "auction_id": auction,
                "campaign_id": f"campaign-{i % 5}", "ts": ts}  # fmt: skip
-        out.append((self.impressions, auction.encode(), json.dumps(imp).encode()))
+        out.append((self.impressions, auction.encode(), json.dumps(imp).encode(), None))
         self._count("impressions")
         if self._random.random() < self.ctr:
             click = {"event_id": f"{self.run}-c{i}", "auction_id": auction,
@@ -124,45 +132,53 @@ class Generator:
             out.append(self._bad(i, ts))
         return out
 
-    def _bad(self, i: int, ts: int) -> tuple[str, bytes | None, bytes | None]:
+    def _bad(self, i: int, ts: int) -> Sent:
         kinds = bad_records(i, self.run, ts)
         kind, key, value = kinds[self._bad_kinds % len(kinds)]
         self._bad_kinds += 1
         self._count("bad")
         self._count(f"bad:{kind}")
         topic = self.clicks if self._bad_kinds % 2 else self.impressions
-        return topic, key, value
+        return topic, key, value, kind
 
-    def _due_clicks(self, now_ts: int) -> list[tuple[str, bytes | None, bytes | None]]:
-        out: list[tuple[str, bytes | None, bytes | None]] = []
+    def _due_clicks(self, now_ts: int) -> list[Sent]:
+        out: list[Sent] = []
         while self._pending and self._pending[0][0] <= now_ts:
             _, key, value = heapq.heappop(self._pending)
-            out.append((self.clicks, key.encode(), value))
+            out.append((self.clicks, key.encode(), value, None))
             self._count("clicks")
         return out
 
-    def flush(self) -> list[tuple[str, bytes | None, bytes | None]]:
+    def flush(self) -> list[Sent]:
         return self._due_clicks(sys.maxsize)
 
 
-async def produce(bootstrap: str, gen: Generator, events: int, rate: float | None) -> int:
-    """Send about `events` records (at `rate` a second if given); returns how many."""
+async def produce(bootstrap: str, gen: Generator, events: int, rate: float | None,
+                  bad_places: dict[str, list[Place]]) -> int:  # fmt: skip
+    """Send about `events` records (at `rate` a second if given); returns how many. Where
+    each bad record landed goes to `bad_places` (kind -> places)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5,
                                 max_request_size=2 * 1024 * 1024, request_timeout_ms=60000)  # fmt: skip
     await producer.start()
     sent, i, began = 0, 0, time.monotonic()
+    landed: list[tuple[str, asyncio.Future[Any]]] = []
     try:
         while sent < events:
-            for topic, key, value in gen.step(i):
-                await producer.send(topic, value, key=key)
+            for topic, key, value, kind in gen.step(i):
+                future = await producer.send(topic, value, key=key)
+                if kind is not None:
+                    landed.append((kind, future))
                 sent += 1
             i += 1
             if rate and (ahead := began + sent / rate - time.monotonic()) > 0:
                 await asyncio.sleep(ahead)
-        for topic, key, value in gen.flush():
+        for topic, key, value, _ in gen.flush():
             await producer.send(topic, value, key=key)
             sent += 1
         await producer.flush()
+        for kind, future in landed:
+            meta = await future
+            bad_places.setdefault(kind, []).append((meta.topic, meta.partition, meta.offset))
     finally:
         await producer.stop()
     return sent
@@ -180,15 +196,29 @@ class Chaos:
     kills: int = 0
     pauses: int = 0
     paused_s: float = 0.0
+    null_values: int = 0  # counted by worker lifetimes that ended (read just before each kill)
+    uncounted_lifetimes: int = 0  # killed without answering: their count is unknown
 
     def kill_one(self, down_max_s: float) -> None:
         """SIGKILL a random live worker; restart it on its old data dir after a while."""
         victim = self.rng.choice([w for w in self.workers if w.alive])
+        self.count_null_values(victim)
         victim.kill()
         self.kills += 1
         self.log(f"kill #{self.kills}: {victim.name} (SIGKILL)")
         time.sleep(self.rng.uniform(0.0, down_max_s))
         victim.start()
+
+    def count_null_values(self, worker: WorkerProcess, tries: int = 3) -> None:
+        """Add what this lifetime of the worker counted as null values (its counters
+        start at 0 in each process)."""
+        for _ in range(tries):
+            view = worker.join()
+            if view is not None:
+                self.null_values += sum(view["null_values"].values())
+                return
+            time.sleep(0.2)
+        self.uncounted_lifetimes += 1
 
     def pause_broker(self, seconds: float) -> None:
         """SIGSTOP the broker for `seconds` (longer than the session: members time out)."""
@@ -314,17 +344,33 @@ async def dedupe_to_topic(bootstrap: str, values: list[bytes], topic: str) -> in
     return len(seen)
 
 
-def judge_dead_letters(values: list[bytes], gen: Generator) -> dict[str, Any]:
-    """Each bad record the generator sent is in the dead-letter topic (once or more)."""
+def judge_dead_letters(values: list[bytes], bad_places: dict[str, list[Place]]) -> dict[str, Any]:
+    """Each bad record the generator sent is in the dead-letter topic (once or more), where
+    it was read; a null value never is (it is dropped and counted)."""
     letters = [json.loads(v) for v in values]
     keyed = {(x["topic"], x["partition"], x["offset"]) for x in letters}
     reasons: dict[str, int] = {}
+    categories: dict[str, int] = {}
     for letter in letters:
         reason = re.sub(r"\d+", "N", letter["reason"].split(":")[0])
         reasons[reason] = reasons.get(reason, 0) + 1
-    bad = gen.counts.get("bad", 0)
-    return {"bad_sent": bad, "letters": len(letters), "distinct_letters": len(keyed),
-            "missing_letters": max(0, bad - len(keyed)), "reasons": reasons}  # fmt: skip
+        categories[letter["category"]] = categories.get(letter["category"], 0) + 1
+    lettered = {kind: [p for p in places if p not in keyed] for kind, places in bad_places.items()}
+    missing = sum(len(left) for kind, left in lettered.items() if kind != NULL_VALUE)
+    nulls = bad_places.get(NULL_VALUE, [])
+    return {"bad_sent": sum(map(len, bad_places.values())), "null_values_sent": len(nulls),
+            "letters": len(letters), "distinct_letters": len(keyed), "missing_letters": missing,
+            "null_values_dead_lettered": sum(1 for p in nulls if p in keyed),
+            "missing_by_kind": {k: len(v) for k, v in lettered.items() if v and k != NULL_VALUE},
+            "reasons": reasons, "categories": categories}  # fmt: skip
+
+
+def judge_null_values(chaos: Chaos, workers: list[WorkerProcess], sent: int) -> dict[str, Any]:
+    """Null values counted over every worker lifetime: at least one count per record sent
+    (more when a record is read again after a kill or a rebalance)."""
+    for worker in workers:
+        chaos.count_null_values(worker)
+    return {"sent": sent, "counted": chaos.null_values, "uncounted_lifetimes": chaos.uncounted_lifetimes}
 
 
 def reconcile(bootstrap: str, s: Settings, now_ms: int, out: Path, shuffle: int = 12,
@@ -452,9 +498,10 @@ def _run(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings,
     log("group formed: every partition covered")
     gen = Generator(s.impressions, s.clicks, s.app_id, seed=args.seed)
     sent: list[int] = []
+    bad_places: dict[str, list[Place]] = {}
     producer = threading.Thread(
         target=lambda: sent.append(
-            asyncio.run(produce(broker.bootstrap, gen, args.events, args.rate or None))
+            asyncio.run(produce(broker.bootstrap, gen, args.events, args.rate or None, bad_places))
         )
     )
     producer.start()
@@ -465,12 +512,12 @@ def _run(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings,
     log(f"chaos done ({chaos.kills} kills, {chaos.pauses} pauses); produced {sent[0]:,}")
     drain_s = _drain(broker.bootstrap, s, workers, args.drain_timeout, log)
     log(f"drained in {drain_s:.0f} s after the last fault")
-    return _judge(args, broker, s, gen, chaos, sent[0], run_dir, began, log)
+    return _judge(args, broker, s, gen, chaos, sent[0], bad_places, run_dir, began, log)
 
 
 def _judge(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, gen: Generator,
-           chaos: Chaos, sent: int, run_dir: Path, began: float,
-           log: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+           chaos: Chaos, sent: int, bad_places: dict[str, list[Place]], run_dir: Path,
+           began: float, log: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
     output = asyncio.run(read_all(broker.bootstrap, s.joins, s.partitions))
     letters = asyncio.run(read_all(broker.bootstrap, s.dead_letters, s.partitions))
     figures: dict[str, Any] = {
@@ -478,10 +525,12 @@ def _judge(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, gen: G
         "standby_replicas": args.standby_replicas, "kills": chaos.kills,
         "broker_pauses": chaos.pauses, "broker_paused_s": round(chaos.paused_s, 1),
         "generated": gen.counts, "output": judge_output(output, gen.expected),
-        "dead_letters": judge_dead_letters(letters, gen),
+        "dead_letters": judge_dead_letters(letters, bad_places),
+        "null_values": judge_null_values(chaos, chaos.workers, len(bad_places.get(NULL_VALUE, []))),
     }  # fmt: skip
     log(f"output: {json.dumps(figures['output'])}")
     log(f"dead letters: {json.dumps(figures['dead_letters'])}")
+    log(f"null values: {json.dumps(figures['null_values'])}")
     if not args.no_reconcile:
         figures["reconcile"] = reconcile(
             broker.bootstrap, s, gen.start_ms, run_dir / "reconcile.json", args.shuffle_partitions
@@ -500,10 +549,13 @@ def _judge(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, gen: G
 
 
 def ok(figures: dict[str, Any]) -> bool:
-    out, dl = figures["output"], figures["dead_letters"]
+    out, dl, nulls = figures["output"], figures["dead_letters"], figures["null_values"]
     clean = out["lost"] == out["spurious"] == out["copies_that_disagree"] == out["unreadable"] == 0
+    letters = dl["missing_letters"] == dl["null_values_dead_lettered"] == 0
+    # A lifetime killed without answering may have counted some: then only >= 0 is known.
+    counted = nulls["counted"] >= nulls["sent"] or nulls["uncounted_lifetimes"] > 0
     judges = [figures.get("reconcile"), figures.get("reconcile_deduped")]
-    return clean and dl["missing_letters"] == 0 and all(j is None or j["exit"] == 0 for j in judges)
+    return clean and letters and counted and all(j is None or j["exit"] == 0 for j in judges)
 
 
 def main(argv: list[str] | None = None) -> int:

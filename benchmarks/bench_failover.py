@@ -1,18 +1,20 @@
 """Failover: SIGKILL a worker; how long until its partitions produce joins again, and
-how much changelog the survivors replay. Tandem's assignor against Faust's stock
-assignor, standby replicas 0 and 1, in the same run on one embedded broker.
+how much changelog the survivors replay. Tandem (the reference app) against the same
+join on Faust's own tables with Faust's stock assignor (benchmarks/faust_table_app.py,
+"faust-table"), standby replicas 0 and 1, in the same run on one embedded broker.
 
     .venv/bin/python benchmarks/bench_failover.py [--repeats 3] [--write docs/bench/failover.md]
     .venv/bin/python benchmarks/bench_failover.py --repeats 1 --kill w2 --preload 200000 \
         --configs tandem:1,tandem:0            # a large state: what a cold restore costs
 
-Per run: three `faust -A app worker` processes (two host labels), 6 partitions,
+Per run: three worker processes of one app (two host labels), 6 partitions,
 steady synthetic traffic, then SIGKILL of one worker (w1, w2, w3 in turn).
 "first join" is the time from the kill to the first joined record (CreateTime
 after the kill) in each of the dead worker's partitions of the output topic
 (keyed like the inputs, so output partition = input partition); the table shows
 the slowest of them. "replayed" counts changelog records read by the survivors
-to restore the dead worker's partitions; "size" is those changelog partitions'
+to restore the dead worker's partitions (Tandem's view; for faust-table, the changelog
+records Faust's table recovery applied to them); "size" is those changelog partitions'
 length, what a cold restore reads.
 """
 
@@ -33,8 +35,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-
 from app.cluster import WorkerProcess, covered, views  # noqa: E402
 from app.demo import Outputs, wait_until  # noqa: E402
 from app.settings import create_topics, from_env  # noqa: E402
@@ -43,6 +43,9 @@ from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker, high_watermarks 
 
 PARTITIONS = 6
 LABELS = [("w1", "host-a", "rack-1"), ("w2", "host-b", "rack-2"), ("w3", "host-a", "rack-1")]
+# What each configuration's workers run (`faust -A <module> worker`).
+APPS = {"tandem": "app", "faust-table": "benchmarks.faust_table_app"}
+ALIASES = {"stock": "faust-table"}  # the former name: Faust's stock assignor
 
 
 def say(message: str) -> None:
@@ -50,7 +53,7 @@ def say(message: str) -> None:
 
 
 async def one_run(
-    broker: EmbeddedBroker, assignor: str, standbys: int, args: argparse.Namespace, run_dir: Path
+    broker: EmbeddedBroker, config: str, standbys: int, args: argparse.Namespace, run_dir: Path
 ) -> dict[str, Any]:
     uid = uuid.uuid4().hex[:8]
     settings = dataclasses.replace(
@@ -68,7 +71,7 @@ async def one_run(
             standby_replicas=standbys,
             partitions=PARTITIONS,
             topic_prefix=settings.topic_prefix,
-            assignor=assignor,
+            app_module=APPS[config],
             session_timeout_ms=args.session_ms,
             heartbeat_ms=args.heartbeat_ms,
             follower_sync_delay_ms=args.sync_delay_ms,
@@ -113,25 +116,26 @@ async def measure(
     await asyncio.wait_for(producer, 30)
     stop_reader.set()
     await asyncio.wait_for(reader, 10)
-    ends = await high_watermarks(bootstrap, settings.changelog, PARTITIONS, 15)
+    changelog = next(v["changelog"] for v in after.values() if v is not None)  # the app's own
+    ends = await high_watermarks(bootstrap, changelog, PARTITIONS, 15)
     sizes = {p: ends[p] for p in lost}
     result = summarize(lost, outputs, killed_at, takeover_s, after, sizes)
     result["timeline"] = {w.name: timeline(w.log_path, killed_at) for w in survivors}
     result["victim"] = victim.name
-    result["before"] = _layout(before)
-    result["after"] = _layout(after)
+    result["before"] = _layout(workers, before)
+    result["after"] = _layout(survivors, after)
     return result
 
 
-# Survivor log lines that mark the steps of a takeover (aiokafka, Faust, app/worker.py).
+# Survivor log lines that mark the steps of a takeover (aiokafka, Faust, tables/runtime.py).
 STEPS = {
     "heartbeat": "because it is rebalancing",
     "joined": "Joined group",
     "synced": "Successfully synced group",
-    "assigned": "tandem: assigned actives",
-    "restored": "tandem: restored",
-    "received": "first records after takeover received",
-    "first result": "first result after takeover acked",
+    "assigned": "tandem: join 'ad-join' assigned actives",
+    "restored": "tandem: join 'ad-join' restored",
+    "faust restored": "Restore complete!",
+    "worker ready": "Worker ready",
 }
 _STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
 
@@ -152,10 +156,11 @@ def timeline(log_path: Path, since: float) -> dict[str, float]:
     return found
 
 
-def _layout(found: dict[str, dict[str, Any] | None]) -> str:
+def _layout(workers: list[WorkerProcess], found: dict[str, dict[str, Any] | None]) -> str:
     """`w1@host-a a[0, 1] s[4]; ...`: actives and standbys per worker."""
+    hosts = {w.name: w.host for w in workers}
     return "; ".join(
-        f"{name}@{v['host']} a{v['actives']} s{v['standbys']}" for name, v in found.items() if v is not None
+        f"{name}@{hosts[name]} a{v['actives']} s{v['standbys']}" for name, v in found.items() if v is not None
     )
 
 
@@ -214,41 +219,39 @@ def fmt(value: float | None) -> str:
 def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace) -> str:
     session_s = args.session_ms / 1000
     lines = [
-        "| assignor | standbys | killed | lost partitions (warm / cold) | takeover s "
+        "| app | standbys | killed | lost partitions (warm / cold) | takeover s "
         "| first join s | replayed for warm | replayed for cold (their size) | goal |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for assignor, standbys, r in rows:
+    for app, standbys, r in rows:
         goal = r["first_join_s"] is not None and r["first_join_s"] <= session_s + 2
         goal_text = ("yes" if goal else "no") if standbys else "n/a"
         lines.append(
-            f"| {assignor} | {standbys} | {r['victim']} | {r['lost']} ({r['warm']} / {r['cold']}) "
+            f"| {app} | {standbys} | {r['victim']} | {r['lost']} ({r['warm']} / {r['cold']}) "
             f"| {fmt(r['takeover_s'])} | {fmt(r['first_join_s'])} | {r['replayed_warm']} "
             f"| {r['replayed_cold']} ({r['size_cold']}) | {goal_text} |"
         )
     lines += ["", "Placement before and after each kill (a = actives, s = standbys):", ""]
-    for assignor, standbys, r in rows:
-        lines.append(
-            f"- {assignor}/{standbys}: killed {r['victim']}; before: {r['before']}; after: {r['after']}"
-        )
+    for app, standbys, r in rows:
+        lines.append(f"- {app}/{standbys}: killed {r['victim']}; before: {r['before']}; after: {r['after']}")
     lines += ["", "Survivors' logs, seconds after the kill (first line of each step):", ""]
-    for assignor, standbys, r in rows:
+    for app, standbys, r in rows:
         steps = "; ".join(
             f"{name} " + ", ".join(f"{k} {v:.2f}" for k, v in t.items()) for name, t in r["timeline"].items()
         )
-        lines.append(f"- {assignor}/{standbys}, killed {r['victim']}: {steps}")
+        lines.append(f"- {app}/{standbys}, killed {r['victim']}: {steps}")
     lines.append("")
-    for assignor in ("tandem", "stock"):
+    for app in APPS:
         for standbys in (0, 1):
             firsts = [
                 r["first_join_s"]
                 for a, s, r in rows
-                if a == assignor and s == standbys and r["first_join_s"] is not None
+                if a == app and s == standbys and r["first_join_s"] is not None
             ]
-            replays = [r["replayed"] for a, s, r in rows if a == assignor and s == standbys]
+            replays = [r["replayed"] for a, s, r in rows if a == app and s == standbys]
             if firsts:
                 lines.append(
-                    f"- {assignor}, standbys {standbys}: first join median "
+                    f"- {app}, standbys {standbys}: first join median "
                     f"{statistics.median(firsts):.1f} s, replayed median "
                     f"{statistics.median(replays):.0f} records"
                 )
@@ -257,7 +260,10 @@ def report(rows: list[tuple[str, int, dict[str, Any]]], args: argparse.Namespace
         f"(goal: first join within {session_s + 2:g} s); "
         f"traffic {args.rate:.0f} impressions/s, warm-up {args.warmup:.0f} s, "
         f"preload {args.preload} impressions, "
-        f"{args.repeats} run(s) per configuration."
+        f"{args.repeats} run(s) per configuration. tandem: the reference app (`faust -A app "
+        "worker`, Tandem's assignor and join state); faust-table: the same join on a Faust Table "
+        "with Faust's stock assignor and standby replicas (`faust -A benchmarks.faust_table_app "
+        "worker`); its replay counts the changelog records Faust's recovery applied."
     )
     return "\n".join(lines)
 
@@ -271,11 +277,14 @@ async def bench(args: argparse.Namespace) -> str:
             # Each repeat kills the next worker: w1 and w3 share host-a, w2 is alone on host-b.
             args.victim = args.kill or LABELS[repeat % len(LABELS)][0]
             for config in args.configs.split(","):
-                assignor, standbys = config.split(":")[0], int(config.split(":")[1])
-                say(f"run {repeat + 1}: assignor {assignor}, standby replicas {standbys}, kill {args.victim}")
-                result = await one_run(broker, assignor, standbys, args, run_dir)
+                name, standbys = config.split(":")[0], int(config.split(":")[1])
+                app = ALIASES.get(name, name)
+                if app not in APPS:
+                    raise SystemExit(f"unknown configuration {name!r}: use {', '.join(APPS)}")
+                say(f"run {repeat + 1}: {app} ({APPS[app]}), standby replicas {standbys}, kill {args.victim}")
+                result = await one_run(broker, app, standbys, args, run_dir)
                 say(f"  {result}")
-                rows.append((assignor, standbys, result))
+                rows.append((app, standbys, result))
     return report(rows, args)
 
 
@@ -287,8 +296,8 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="also write the table to this file")
     parser.add_argument(
         "--configs",
-        default="tandem:1,tandem:0,stock:1,stock:0",
-        help="assignor:standbys pairs, comma separated",
+        default="tandem:1,tandem:0,faust-table:1,faust-table:0",
+        help="app:standbys pairs, comma separated; apps: tandem, faust-table (Faust's stock assignor)",
     )
     parser.add_argument(
         "--preload", type=int, default=0, help="impressions processed before the warm-up (a large state)"

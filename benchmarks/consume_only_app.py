@@ -1,27 +1,35 @@
 """The reference worker with its join body replaced by a no-op: `faust -A
-benchmarks.consume_only_app worker` consumes the same topics with the same agent,
-batching, consumer settings, assignor and state start-up as `faust -A app worker`,
-and only records how far it has read. Its rate is the raw consume rate of a
-worker, the baseline of benchmarks/bench_worker.py."""
+benchmarks.consume_only_app worker` takes the same fetches from the same consumer, with
+the same settings, assignor, state start-up and web view as `faust -A app worker`, and
+only moves the offsets Faust may commit past what it took (no checks, no alignment, no
+join, no output). Its rate is what the runtime reads: the consume-only row of
+benchmarks/bench_worker.py.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
+from aiokafka import ConsumerRecord
 from faust.types import TP
 
 import app as _reference
+from app.settings import JOIN_NAME
+from tables.runtime import JoinRunner, runtime_of
 
 app = _reference.app
-_worker = app.tandem  # type: ignore[attr-defined]
 
 
-async def _consume_only(events: list[Any]) -> None:
-    positions, ack = _worker.positions, _worker.ack
-    for event in events:
-        message = event.message
-        positions[TP(message.topic, message.partition)] = message.offset
-        await ack(event)
+class ConsumeOnlyRunner(JoinRunner):
+    """A join runner whose batch only records how far each input partition was taken."""
+
+    async def _process(self, fetches: list[dict[TP, list[ConsumerRecord]]]) -> None:
+        state = self.state
+        assert state is not None
+        for fetch in fetches:
+            for tp, records in fetch.items():
+                if records and tp.partition in state.ready:  # as the join: restored ones only
+                    self.stats.read[self.sides[tp.topic]] += len(records)
+                    self.read_next[tp] = self.commit_at[tp] = records[-1].offset + 1
+        self.stats.batches += 1
 
 
-_worker.handle_batch = _consume_only
+runtime_of(app).runners[JOIN_NAME].__class__ = ConsumeOnlyRunner

@@ -1,6 +1,6 @@
 """Bad input on a real worker: every kind goes to the dead-letter topic with its reason,
 the worker keeps running, its counter shows it, and the valid records around each bad
-one still join.
+one still join. A null value is no dead letter: it is dropped and counted (`null_values`).
 
 Each bad record shares its Kafka key with a valid impression sent just before it and a
 valid click sent just after it, so all three sit next to each other on one partition.
@@ -38,8 +38,24 @@ REASONS = {
     "oversized": "exceeds",
     "past": "in the past",
     "future": "in the future",
-    "null-value": "null value",
+    "null-kafka-key": "null Kafka key",
 }
+CATEGORIES = {
+    "malformed": "undecodable",
+    "not-utf8": "undecodable",
+    "array": "wrong_type",
+    "wrong-type": "wrong_type",
+    "bool-ts": "wrong_type",
+    "missing-field": "wrong_type",
+    "null-key": "wrong_type",
+    "empty-key": "rejected",
+    "key-mismatch": "rejected",
+    "oversized": "too_large",
+    "past": "rejected",
+    "future": "rejected",
+    "null-kafka-key": "null_key",
+}
+DROPPED = "null-value"  # dropped and counted, never dead-lettered (Kafka Streams 3.8+)
 
 
 def _plan(run: str, now: int, impressions: str, clicks: str) -> tuple[list[Any], dict, set[str]]:
@@ -54,7 +70,7 @@ def _plan(run: str, now: int, impressions: str, clicks: str) -> tuple[list[Any],
         topic = impressions if i % 2 else clicks  # bad records on both inputs
         # The bad record keeps its own defect but sits on the same key as the valid pair.
         sends.append((impressions, auction.encode(), json.dumps(imp).encode(), None))
-        own_key = b"" if tag == "empty-key" else auction.encode()
+        own_key = key if not key else auction.encode()  # an empty or null key stays so
         sends.append((topic, own_key, _rekey(value, key, auction), tag))
         sends.append((clicks, auction.encode(), json.dumps(click).encode(), None))
         bad[tag] = (topic, key, value)
@@ -94,23 +110,33 @@ def test_every_bad_record_is_dead_lettered_and_its_neighbours_join(
         s = c.settings
         now = int(time.time() * 1000)
         sends, bad, expected = _plan(unique, now, s.impressions, s.clicks)
-        assert set(bad) == set(REASONS)
+        assert set(bad) == set(REASONS) | {DROPPED}
         landed = asyncio.run(_send(broker.bootstrap, sends))
 
         joined = c.joins(expected, timeout=60)
         assert expected <= joined, f"valid records next to bad ones were lost: {expected - joined}"
-        letters = c.read(s.dead_letters, lambda rs: len(rs) >= len(bad), 30)
+        letters = c.read(s.dead_letters, lambda rs: len(rs) >= len(REASONS), 30)
         by_place = {(x["topic"], x["partition"], x["offset"]): x for x in letters}
         for tag, place in landed.items():
             letter = by_place.get(place)
+            if tag == DROPPED:
+                assert letter is None, f"a null value was dead-lettered: {letter}"
+                continue
             assert letter is not None, f"{tag} at {place} not dead-lettered"
             assert REASONS[tag] in letter["reason"], (tag, letter["reason"])
+            assert letter["category"] == CATEGORIES[tag] and letter["join"] == "ad-join", (tag, letter)
         oversized = by_place[landed["oversized"]]
         assert len(oversized["value"]) > 64 * 1024  # the raw value is kept, whole
+        assert by_place[landed["null-kafka-key"]]["key"] is None
 
         assert worker.alive and worker.process is not None and worker.process.pid == pid
-        view = worker.view()
-        assert view is not None and view["dead_letters"] >= len(bad), view
+        view = worker.join()
+        assert view is not None, "the worker does not answer"
+        assert view["dead_letters"] == len(REASONS), view
+        by_category = {c: list(CATEGORIES.values()).count(c) for c in set(CATEGORIES.values())}
+        assert view["dead_letters_by_category"] == by_category, view
+        side = "left" if bad[DROPPED][0] == s.impressions else "right"
+        assert view["null_values"] == {"left": 0, "right": 0, side: 1}, view
 
 
 def test_a_null_kafka_key_is_rejected() -> None:

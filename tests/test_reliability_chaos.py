@@ -29,7 +29,12 @@ def test_chaos_small_nothing_lost_nothing_spurious(tmp_path: Path) -> None:
     assert out["lost"] == 0 and out["spurious"] == 0, out
     assert out["copies_that_disagree"] == 0 and out["unreadable"] == 0, out
     assert out["deduped_records"] == out["expected"]  # effectively once by join_id
+    # Every bad record dead-lettered where it was read; null values dropped and counted.
     assert letters["bad_sent"] > 20 and letters["missing_letters"] == 0, letters
+    assert letters["null_values_sent"] > 0 and letters["null_values_dead_lettered"] == 0, letters
+    nulls = figures["null_values"]
+    assert nulls["uncounted_lifetimes"] == 0, nulls  # each killed worker answered first
+    assert nulls["counted"] >= nulls["sent"] == letters["null_values_sent"], nulls
     totals = judged["totals"]
     assert judged["exit"] == 0, judged["stderr_tail"]
     assert totals["missing"] == totals["extra"] == totals["different"] == 0, totals

@@ -58,7 +58,7 @@ def _member_id(worker: WorkerProcess) -> str | None:
 
 
 def _all_hold(workers: list[WorkerProcess]) -> bool:
-    views = [w.view() for w in workers]
+    views = [w.join() for w in workers]
     return all(v is not None and v["actives"] for v in views) and covered(workers, PARTITIONS)
 
 
@@ -119,7 +119,7 @@ def test_leader_killed_mid_rebalance_group_settles_without_double_owners(
                 assert sorted(owners) == list(range(PARTITIONS)), owners
                 assert all(len(o) == 1 for o in owners.values()), f"double-owned: {owners}"
             for worker in survivors:
-                view = worker.view()
+                view = worker.join()
                 assert view is not None and not set(view["actives"]) & set(view["standbys"])
             time.sleep(1.0)
 
