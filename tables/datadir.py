@@ -1,6 +1,7 @@
 """The worker's data dir: checked at start, and held by one process at a time.
 
-    check_data_dir(path)           # DataDirError unless it is a directory we can list and write
+    check_data_dir(path)           # DataDirError unless it is a directory we can list and write;
+                                   # StateFormatError for a store of a newer state format
     with lock_data_dir(path):      # DataDirLocked if another process holds it
         ...run the worker...
 
@@ -16,6 +17,8 @@ import fcntl
 import os
 from pathlib import Path
 from types import TracebackType
+
+from tables.store import refuse_newer_format
 
 LOCK_FILE = "tandem.lock"
 _PROBE_FILE = ".tandem-write-check"
@@ -46,13 +49,17 @@ class DataDirLocked(DataDirError):
 def check_data_dir(path: Path | str) -> Path:
     """Create the data dir if missing and prove it usable: a directory this process can list,
     create, write, fsync and delete a file in, and whose table and partition directories it
-    can enter and write. Returns the path. Raises DataDirError naming the path and the OS error."""
+    can enter and write. Returns the path. Raises DataDirError naming the path and the OS error,
+    or StateFormatError for a partition store written by a newer state format (a rollback: its
+    files are left as they are, and the worker stops before it joins its group)."""
     path = Path(path)
     _ensure_directory(path)
     _probe_write(path)
     for entry in _subdirectories(path, depth=2):
         if not os.access(entry, os.R_OK | os.W_OK | os.X_OK):
             raise DataDirError(path, f"data dir {path}: {entry} is not readable and writable by this user")
+        if entry.parent != path and entry.name.isdigit():  # a partition's store, not .damaged/
+            refuse_newer_format(entry)
     return path
 
 

@@ -11,6 +11,7 @@ the others. Progress is logged every few seconds.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -77,11 +78,13 @@ class Recovery:
         partitions: Mapping[int, StatePartition],
         rebuild: Rebuild,
         stall_timeout_s: float = 120.0,
+        reopen: Rebuild | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.changelog = changelog
         self.partitions = partitions  # the join state's live map (entries may be replaced)
         self.rebuild = rebuild
+        self.reopen = reopen  # a store whose write failed, reopened at its checkpoint
         self.stall_timeout_s = stall_timeout_s
         self.progress: dict[int, RestoreProgress] = {}
         self.standby_lag: dict[int, int] = {}
@@ -124,6 +127,7 @@ class Recovery:
         calling `on_ready(p)` as each arrives there."""
         if not partitions:
             return
+        self._reopen_failed(partitions)
         for p in partitions:
             self.progress[p] = RestoreProgress(p)
         consumer = self._consumer()
@@ -163,6 +167,21 @@ class Recovery:
                 for tp in sorted(pending):
                     log.info("tandem: restoring %s[%s]: %s", tp.topic, tp.partition,
                              self.progress[tp.partition].describe())  # fmt: skip
+
+    def _reopen_failed(self, partitions: list[int]) -> None:
+        """A store whose write failed (a full disk) refuses every write until it is reopened, so
+        a retry of the restore or the tail would fail forever, even once the space is back.
+        Reopen it at its last checkpoint first (raises StoreOpenError while it cannot be)."""
+        for partition in partitions:
+            failed = self.partitions[partition].store.failed
+            if failed is None or self.reopen is None:
+                continue
+            checkpoint = self.reopen(partition).checkpoint
+            self.note(
+                f"state of {self.changelog}[{partition}] could not be written "
+                f"({errno.errorcode.get(failed.errno or 0, 'an I/O error')}): reopened at its checkpoint "
+                f"{checkpoint}, reading the changelog on from there"
+            )
 
     def _check_not_ahead(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> None:
         """A changelog that ends before our checkpoint is not the log our files came from
@@ -210,10 +229,13 @@ class Recovery:
             except Exception:
                 log.exception("tandem: standby tail of %s %s failed; restarting", self.changelog, partitions)
                 for partition in partitions:  # drop what was applied but not written
-                    self.partitions[partition].reset()
+                    state = self.partitions[partition]
+                    if state.store.failed is None:  # a failed store is reopened instead (it may be closed)
+                        state.reset()
                 await asyncio.sleep(1.0)
 
     async def _tail_once(self, partitions: list[int]) -> None:
+        self._reopen_failed(partitions)
         consumer = self._consumer()
         await consumer.start()
         try:

@@ -28,7 +28,14 @@ from aiokafka import AIOKafkaProducer
 from tables.operator import JoinType, JoinWindow
 from tables.partition import Role, StatePartition
 from tables.recovery import Recovery, RestoreProgress
-from tables.store import StoreCorruptError, local_checkpoints, open_store, partition_path, rebuild_store
+from tables.store import (
+    PartitionStore,
+    StoreCorruptError,
+    local_checkpoints,
+    open_store,
+    partition_path,
+    rebuild_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,9 @@ class JoinState:
         self.sync_writes = sync_writes
         self.partitions: dict[int, StatePartition] = {}
         self.ready: set[int] = set()  # active partitions restored to the end of their changelog
-        self.recovery = Recovery(bootstrap, changelog, self.partitions, self._rebuild, stall_timeout_s)
+        self.recovery = Recovery(
+            bootstrap, changelog, self.partitions, self._rebuild, stall_timeout_s, reopen=self._reopen
+        )
         self._tail: asyncio.Task[None] | None = None
 
     # -- assignment ------------------------------------------------------------
@@ -162,18 +171,34 @@ class JoinState:
 
     def _open(self, partition: int, role: Role) -> None:
         state = self.partitions.get(partition)
+        if state is not None and state.store.failed is not None:
+            state = self._reopen(partition)  # a standby whose write failed (a full disk)
         if state is None:
-            store = open_store(self._path(partition), sync=self.sync_writes)
-            if store.damage is not None:
-                self.recovery.note(
-                    f"state of {self.table}[{partition}] was damaged ({store.damage.reason}); "
-                    f"kept at {store.damage.moved_to}, restoring it from {self.changelog}"
-                )
+            store = self._open_store(partition)
             self.partitions[partition] = StatePartition(store, self.window, self.join_type, role, self.ids)
         elif state.role != role:
             # Uncommitted work of a demoted active is dropped: the changelog has the truth.
             state.role = role
             state.reset()
+
+    def _open_store(self, partition: int) -> PartitionStore:
+        store = open_store(self._path(partition), sync=self.sync_writes)
+        if store.damage is not None:
+            self.recovery.note(
+                f"state of {self.table}[{partition}] was damaged ({store.damage.reason}); "
+                f"kept at {store.damage.moved_to}, restoring it from {self.changelog}"
+            )
+        return store
+
+    def _reopen(self, partition: int) -> StatePartition:
+        """A store whose write failed (a full disk) takes no more writes until it is reopened:
+        reopen it at its last checkpoint, dropping what was applied after it in memory.
+        Raises StoreOpenError while it cannot be opened (the disk still full)."""
+        old = self.partitions[partition]
+        old.store.close()
+        fresh = StatePartition(self._open_store(partition), self.window, self.join_type, old.role, self.ids)
+        self.partitions[partition] = fresh
+        return fresh
 
     def _rebuild(self, partition: int) -> StatePartition:
         """Replace a partition's files with an empty store (they do not match the changelog)."""

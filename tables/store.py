@@ -60,6 +60,10 @@ KEEP_DAMAGED = 3  # damaged stores kept per table for inspection
 DAMAGED_DIR = ".damaged"
 # The checkpoint hint next to the RocksDB files, read by `safe_checkpoint`.
 HINT_FILE = "tandem-checkpoint"
+# The format version again, next to the RocksDB files: read before RocksDB opens them (an
+# open for writing rewrites CURRENT, the MANIFEST and OPTIONS), and by the worker's start
+# check. A version that bumps FORMAT_VERSION must write it too, before anything else.
+FORMAT_FILE = "tandem-format"
 
 _FORMAT = struct.Struct(">Q")
 _OFFSET = struct.Struct(">Q")
@@ -254,13 +258,16 @@ class PartitionStore:
         self.checkpoint: int | None = None
         self.damage: Damage | None = None  # set by open_store when it replaced a damaged store
         self._failed: StoreWriteError | None = None
+        self._closed = False
         had_data = _inspect_before_open(self.path)
+        refuse_newer_format(self.path)
         self._db = _open_rdict(self.path)
         self._hint = _CheckpointHint(self.path)
         try:
             self._check_format(had_data)
             self.checkpoint = self._read_checkpoint_value()
             self._check_against_hint()
+            _write_format_file(self.path)
         except BaseException as error:
             self.close()
             if _from_rocksdb(error):  # e.g. the format key cannot be written: a full disk
@@ -327,9 +334,17 @@ class PartitionStore:
             self.checkpoint = checkpoint
             self._hint.write(checkpoint)
 
+    @property
+    def failed(self) -> StoreWriteError | None:
+        """The write that failed, if one did: the store takes no more writes until reopened."""
+        return self._failed
+
     def close(self) -> None:
-        """Close the database; files stay. Never raises: a close that cannot flush
-        (a full disk, a failed store) leaves what was written in RocksDB's log."""
+        """Close the database (once; again is a no-op); files stay. Never raises: a close that
+        cannot flush (a full disk, a failed store) leaves what was written in RocksDB's log."""
+        if self._closed:
+            return
+        self._closed = True
         self._hint.close()
         _close_quietly(self._db, self.path)
 
@@ -544,6 +559,40 @@ def local_checkpoints(data_dir: Path | str, table: str) -> dict[int, int]:
         return {}
     offsets = {p: safe_checkpoint(partition_path(Path(data_dir), table, p)) for p in partitions}
     return {p: offset for p, offset in offsets.items() if offset is not None}
+
+
+def refuse_newer_format(path: Path | str) -> None:
+    """Raise StateFormatError if the store's format file names a newer format than this code's;
+    nothing is opened or changed. A missing or unreadable file passes: the format key in
+    RocksDB, checked after the open, is the authority (stores from before the file)."""
+    found = read_format_file(Path(path))
+    if found is not None and found > FORMAT_VERSION:
+        raise StateFormatError(Path(path), found, FORMAT_VERSION)
+
+
+_FORMAT_LINE = b"tandem-state-format %d\n"
+
+
+def read_format_file(path: Path) -> int | None:
+    """The version in a store's format file; None if it is missing, unreadable or not one."""
+    try:
+        line = _read_head(os.path.join(os.fspath(path), FORMAT_FILE), 64)
+    except OSError:
+        return None
+    parts = (line or b"").split()
+    if len(parts) != 2 or parts[0] != b"tandem-state-format" or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def _write_format_file(path: Path) -> None:
+    """After the open proved the format: record it next to the files (once per store)."""
+    if read_format_file(path) == FORMAT_VERSION:
+        return
+    try:
+        (path / FORMAT_FILE).write_bytes(_FORMAT_LINE % FORMAT_VERSION)
+    except OSError as error:  # only an early warning: the key in RocksDB stays the authority
+        log.warning("state store %s: format file not written (%s)", path, error)
 
 
 def _inspect_before_open(path: Path) -> bool:

@@ -238,3 +238,41 @@ async def test_promoted_standby_emits_each_unmatched_record_once(
     assert sorted(m.left for m in emitted) == [b"i2", b"i3"]  # type: ignore[type-var]
     await active.close()
     await standby.close()
+
+
+async def test_a_standby_that_hit_a_full_disk_catches_up_once_space_returns(
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    """The standby's files on a real 16 MB tmpfs, filled up while it tails: its writes fail, it
+    retries every second (its store reopened at its checkpoint first: a store takes no writes
+    after a failed one); once space returns it catches up, and is promoted without a replay,
+    holding what the active holds."""
+    from tests.test_tables_store_faults import fill_disk, tmpfs
+
+    topic = f"cl-{unique}"
+    await changelog(broker, topic, 1)
+    active = await Worker(broker, topic, tmp_path / "a").start()
+    await active.assign({0})
+    with tmpfs(tmp_path / "b", "16m") as disk:
+        standby = await Worker(broker, topic, disk).start()
+        try:
+            await standby.assign(set(), {0})
+            await feed(active, 0, 0, 100)
+            filler = fill_disk(disk)
+            for start in range(100, 6100, 2000):
+                await feed(active, 0, start, 2000)
+            checkpoint = active.state.local_offsets()[0]
+            await wait_until(lambda: standby.state.partitions[0].store.failed is not None)
+            await asyncio.sleep(2.5)  # retries while the disk is full (the reopen itself fails)
+            assert standby.state.local_offsets().get(0, -1) < checkpoint
+            filler.unlink()
+            await wait_until(lambda: standby.state.local_offsets().get(0) == checkpoint, 30)
+            assert any("(ENOSPC): reopened" in e for e in standby.state.recovery.events)
+            await standby.assign({0})
+            assert standby.replayed == {0: 0}
+            # An impression the active wrote while the standby's disk was full: it is there.
+            (result,) = standby.process(0, "right", b"p0-a5000", 1_005_010, b"k2-5000", b"k2-5000")
+            assert result.left == b"i5000"
+        finally:
+            await standby.close()
+    await active.close()

@@ -32,7 +32,9 @@ from tables.datadir import LOCK_FILE, DataDirError, DataDirLocked, check_data_di
 from tables.store import (
     CHECKPOINT_KEY,
     DAMAGED_DIR,
+    FORMAT_FILE,
     FORMAT_KEY,
+    FORMAT_VERSION,
     HINT_FILE,
     PartitionStore,
     StateFormatError,
@@ -160,11 +162,12 @@ def tmpfs(mount_point: Path, size: str, read_only: bool = False) -> Iterator[Pat
 
 
 def fill_disk(directory: Path) -> Path:
+    """Fill the file system of `directory` to the last byte. Unbuffered: a buffered file kept
+    what did not fit and raised ENOSPC again from close()."""
     filler = directory / "filler"
-    with open(filler, "wb") as out, contextlib.suppress(OSError):
+    with open(filler, "wb", buffering=0) as out, contextlib.suppress(OSError):
         for _ in range(100_000):  # bounded: a tmpfs here is a few MB
             out.write(b"\0" * 65536)
-            out.flush()
     return filler
 
 
@@ -277,6 +280,16 @@ def test_at_most_three_damaged_copies_are_kept_per_table(tmp_path: Path) -> None
     assert kept == sorted(p.name for p in moved[-3:])  # the newest three, of either partition
 
 
+def test_closing_twice_is_quiet(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A store whose write failed is closed before it is reopened, and again by whoever held it."""
+    store = PartitionStore(tmp_path / "joins" / "0")
+    assert store.failed is None
+    store.close()
+    with caplog.at_level(logging.WARNING):
+        store.close()
+    assert not caplog.records
+
+
 def test_a_healthy_store_reopens_untouched_after_its_process_was_killed(tmp_path: Path) -> None:
     """No false alarm: state still in RocksDB's log (the process died without a close)."""
     path = tmp_path / "joins" / "0"
@@ -358,6 +371,39 @@ def test_a_newer_format_is_refused_and_left_untouched(tmp_path: Path) -> None:
     db = Rdict(str(path), Options(raw_mode=True))  # every record still there
     assert sum(1 for _ in db.keys(from_key=b"r")) >= BATCHES * PER_BATCH
     db.close()
+
+
+def files_of(path: Path) -> dict[str, bytes]:
+    """Every file of a store but RocksDB's info LOG (which any open, even read-only, writes)."""
+    files = sorted(path.iterdir())
+    return {p.name: p.read_bytes() for p in files if p.is_file() and not p.name.startswith("LOG")}
+
+
+def test_a_store_records_its_format_next_to_its_files(tmp_path: Path) -> None:
+    path = tmp_path / "joins" / "0"
+    fill_store(path, batches=1)
+    assert (path / FORMAT_FILE).read_text() == f"tandem-state-format {FORMAT_VERSION}\n"
+    (path / FORMAT_FILE).write_bytes(b"\x00garbage")  # unreadable: the key in RocksDB decides
+    PartitionStore(path).close()
+    assert (path / FORMAT_FILE).read_text() == f"tandem-state-format {FORMAT_VERSION}\n"
+
+
+def test_a_newer_format_file_is_refused_before_rocksdb_opens_anything(tmp_path: Path) -> None:
+    """What a rollback finds: the next version wrote its format file. Nothing is opened for
+    writing (an open rewrites CURRENT, the MANIFEST and OPTIONS), at start or at assignment."""
+    data = tmp_path / "data"
+    path = data / "joins" / "0"
+    fill_store(path)
+    (path / FORMAT_FILE).write_text(f"tandem-state-format {FORMAT_VERSION + 1}\n")
+    (data / "joins" / DAMAGED_DIR / "1-old").mkdir(parents=True)  # set aside: not checked
+    (data / "joins" / DAMAGED_DIR / "1-old" / FORMAT_FILE).write_text("tandem-state-format 99\n")
+    before = files_of(path)
+    for refuse in (PartitionStore, open_store, lambda p: check_data_dir(p.parent.parent)):
+        with pytest.raises(StateFormatError) as raised:
+            refuse(path)
+        assert raised.value.path == path
+        assert (raised.value.found, raised.value.known) == (FORMAT_VERSION + 1, FORMAT_VERSION)
+    assert files_of(path) == before and not (data / "joins" / DAMAGED_DIR / "0").exists()
 
 
 def test_an_older_format_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -591,6 +637,7 @@ def test_disk_full_write_fails_clearly_and_loses_nothing_acknowledged(tmp_path: 
         assert store.get(b"big-0") is None and store.get(record(2, 199)[0]) == record(2, 199)[1]
         with pytest.raises(StoreWriteError):  # refuses more writes until reopened
             store.write({b"small": b"x"}, 4)
+        assert store.failed is raised.value  # what a restore checks before it retries
         store.close()  # never raises, even though it cannot flush
 
         with pytest.raises(StoreOpenError) as full:  # still full: refused, not moved aside
