@@ -489,14 +489,31 @@ class JoinRunner:
         to the fetcher as soon as it is ready."""
         assert self.state is not None
         rebalance = self.rebalance
+        backoff, failing_since = 1.0, None
         while partitions:
             try:
                 await self.state.restore(partitions, self._ready)
                 break
-            except Exception:
-                log.exception("tandem: join %r: restore of %s failed; retrying", self.spec.name, partitions)
-                await asyncio.sleep(1.0)
+            except Exception as exc:
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    log.exception(
+                        "tandem: join %r: restore of %s failed; retrying", self.spec.name, partitions
+                    )
+                else:
+                    log.error(
+                        "tandem: join %r: restore of %s failed again: %r", self.spec.name, partitions, exc
+                    )
+                if now - failing_since > self.runtime.settings.restore_stall_s:
+                    await self._fail(exc)  # bounded: the worker stops, saying why
+                    return
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+                before = len(partitions)
                 partitions = [p for p in partitions if p not in self.state.ready]
+                if len(partitions) < before:  # progress: the clock starts again
+                    failing_since, backoff = None, 1.0
         for partition, progress in self.state.recovery.progress.items():
             if partition in rebalance.moved_warm + rebalance.moved_cold:
                 rebalance.replayed[partition] = progress.restored

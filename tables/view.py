@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from faust.types import TP, AppT
 from faust.web import Request, Response, View
 
+from tables.store import damage_counts
+
 if TYPE_CHECKING:
     from tables.runtime import JoinRunner, Runtime
 
@@ -30,6 +32,8 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "assignment": _assignment(app),
         "group_rebalance": _group_rebalance(app),
         "joins": {name: join_view(app, runner) for name, runner in sorted(runtime.runners.items())},
+        # Stores found damaged and set aside (then restored), per reason, since the process started.
+        "damaged_stores": damage_counts(),
     }
 
 
@@ -68,6 +72,7 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
         "rebalances": runner.rebalances,
         "last_rebalance": runner.rebalance.as_dict(),
         "events": list(state.recovery.events) if state else [],
+        "failure": stats.failure,
     }
 
 
