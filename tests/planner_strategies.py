@@ -91,3 +91,75 @@ def garbled_scenarios(draw: st.DrawFn) -> Any:
         key = draw(st.sampled_from(sorted(target) + ["extra"]))
         target[key] = draw(json_values)
     return scenario
+
+
+@st.composite
+def churn_histories(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """A stateful group of members on shared hosts and racks, and the events that follow.
+
+    Two co-partitioned stateful groups (of different sizes) and a lone stateful
+    topic; R = 1 or 2; members join, leave, or restart (empty history, with the
+    `local_offsets` of the state they held). The events are applied by
+    `apply_churn` to the scenario fed back from the previous plan.
+    """
+    sizes = draw(st.lists(st.integers(1, 40), min_size=3, max_size=3))
+    groups = [["a-in", "a-side", "a-changelog"], ["b-in", "b-changelog"]]
+    topics = {t: sizes[0] for t in groups[0]} | {t: sizes[1] for t in groups[1]} | {"c-changelog": sizes[2]}
+    hosts = draw(st.integers(2, 6))
+    racks = draw(st.sampled_from([0, 2, 3]))
+    scenario: dict[str, Any] = {
+        "topics": topics,
+        "copartition_groups": groups,
+        "changelog_topics": ["a-changelog", "b-changelog", "c-changelog"],
+        "standby_replicas": draw(st.integers(1, 2)),
+        "members": {},
+    }
+    for k in range(draw(st.integers(3, 10))):
+        scenario["members"][f"w{k:02d}"] = _churn_member(draw, topics, hosts, racks)
+    events = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["join", "leave", "restart"]), st.integers(0, 10**6)),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    return scenario, [(kind, (seed, _churn_member(draw, topics, hosts, racks))) for kind, seed in events]
+
+
+def _churn_member(draw: st.DrawFn, topics: dict[str, int], hosts: int, racks: int) -> dict[str, Any]:
+    member: dict[str, Any] = {
+        "topics": list(topics),
+        "host": f"h{draw(st.integers(0, hosts - 1))}",
+        "capacity": draw(st.sampled_from([1, 1, 1, 2])),
+    }
+    if racks:
+        member["rack"] = f"r{draw(st.integers(0, racks - 1))}"
+    return member
+
+
+def apply_churn(scenario: dict[str, Any], event: tuple[str, Any]) -> dict[str, Any]:
+    """The scenario after one churn event (`scenario` already carries the last plan)."""
+    kind, (seed, newcomer) = event
+    members = dict(scenario["members"])
+    names = sorted(members)
+    chosen = names[seed % len(names)]
+    if kind == "join":
+        members[f"n{seed:07d}"] = newcomer
+    elif kind == "leave" and len(members) > 2:
+        del members[chosen]
+    elif kind == "restart":
+        old = members[chosen]
+        logs = set(scenario["changelog_topics"])
+        held = [
+            (t, p)
+            for field in ("previous_active", "previous_standby")
+            for t, ps in old.get(field, {}).items()
+            if t in logs
+            for p in ps
+        ]
+        offsets: dict[str, dict[str, int]] = {}
+        for i, (t, p) in enumerate(sorted(held)):
+            offsets.setdefault(t, {})[str(p)] = (seed * (i + 1)) % 10_000
+        kept = {k: v for k, v in old.items() if k not in ("previous_active", "previous_standby", "epoch")}
+        members[chosen] = {**kept, "local_offsets": offsets}
+    return {**scenario, "members": members}

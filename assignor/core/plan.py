@@ -253,11 +253,12 @@ def _standbys(
     """Standby members per task (member indices)."""
     if scn.standby_replicas == 0:
         return {}
+    # A task beyond a mismatched group's changelog count has no state to replicate.
     tasks = [
         (g, p)
         for g, group in enumerate(index.groups)
         if group.stateful
-        for p in range(group.size)
+        for p in range(_state_partitions(group))
         if placed[index.task(g, p)] >= 0
     ]
     previous: dict[tuple[int, int], set[str]] = {}
@@ -284,6 +285,11 @@ def _standbys(
     return {
         index.task(*t): [position[m] for m in chosen] for t, chosen in place_standbys(problem).items()
     }
+
+
+def _state_partitions(group: Group) -> int:
+    """Tasks 0..n-1 of a stateful group have a changelog partition to replicate."""
+    return max(n for t, n in zip(group.topics, group.counts, strict=True) if t in group.changelogs)
 
 
 def _stats(

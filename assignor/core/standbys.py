@@ -7,9 +7,12 @@ one): per task this fixes how many standbys go in each of three categories
 (off host and rack, off host only, same host), and every task reaches its
 best counts because members have no hard limit on standbys.
 
-Within those counts: previous standbys stay while their member is under its
-balance cap (ceil of its capacity share of all standbys); the rest go to the
-member under cap that holds the task's state, else the least loaded.
+Within those counts: previous standbys stay; the rest go to the member under
+its balance cap (ceil of its capacity share of all standbys) that holds the
+task's state, else the least loaded. A repair pass then brings every count
+within [floor, cap] of its share by chains of moves, wherever some chain can:
+it moves only as many standbys as balance needs, and a plan fed back is left
+exactly as it is.
 """
 
 from __future__ import annotations
@@ -149,8 +152,9 @@ def _keep_previous(
         for m in problem.previous.get(task, ())
         if m != active and m in eligible
     )
+    # Kept whatever the member's load: the repair pass moves only as many as balance needs.
     for category, m in candidates:
-        if quota[category] > 0 and loads.load[m] < loads.cap[m]:
+        if quota[category] > 0:
             quota[category] -= 1
             chosen.append(m)
             loads.add(m, active)
@@ -198,55 +202,105 @@ def _prefer_state_holder(
 
 
 def _rebalance(problem: StandbyProblem, chosen: dict[Task, list[str]], loads: _Loads) -> None:
-    """Move standbys from members above their share to members below it.
+    """Bring every member's standby count within [floor, cap] where any chain of moves can.
 
-    The greedy fill can corner itself (the last tasks' only light members are
-    their own actives). A move never puts a standby on the task's active, on a
-    member already holding one, or in a worse host/rack category.
+    The greedy fill can corner itself (the last tasks' only light members are their
+    own actives), and kept previous standbys may sit above a share. A single move
+    from a heavy to a light member is not always legal (the light one is the task's
+    active, shares its host...), so this moves along augmenting paths: heavy -> m1
+    (task a), m1 -> light (task b) leaves m1's count as it was. A move never puts a
+    standby on the task's active, on a member already holding one, or in a worse
+    host/rack category. It stops only when no path exists, so a plan fed back finds
+    none and stays as it is (idempotence), whatever the history that made it.
     """
-    held: dict[str, list[Task]] = {m: [] for m in loads.load}
+    held: dict[str, set[Task]] = {m: set() for m in loads.load}
     for task, members in chosen.items():
         for m in members:
-            held[m].append(task)
-    for _ in range(sum(len(ms) for ms in chosen.values())):
-        move = _find_move(problem, chosen, loads, held)
-        if move is None:
-            return
-        task, donor, receiver = move
-        chosen[task][chosen[task].index(donor)] = receiver
-        held[donor].remove(task)
-        held[receiver].append(task)
-        loads.load[donor] -= 1
-        loads.load[receiver] += 1
-
-
-def _find_move(
-    problem: StandbyProblem,
-    chosen: dict[Task, list[str]],
-    loads: _Loads,
-    held: dict[str, list[Task]],
-) -> tuple[Task, str, str] | None:
+            held[m].add(task)
+    search = _PathSearch(problem, chosen, held)
     load, floor, cap = loads.load, loads.floor, loads.cap
-    under = sorted((m for m in load if load[m] < floor[m]), key=lambda m: (load[m] - floor[m], m))
-    over = sorted((m for m in load if load[m] > cap[m]), key=lambda m: (cap[m] - load[m], m))
-    if under:
-        donors = over or sorted((m for m in load if load[m] > floor[m]), key=lambda m: (-load[m], m))
-        receivers = under
-    elif over:
-        donors = over
-        receivers = sorted((m for m in load if load[m] < cap[m]), key=lambda m: (load[m], m))
-    else:
+    # Each augmentation takes one from someone's excess and none from anyone's margin.
+    while True:
+        moved = search.augment(load, lambda m: load[m] > cap[m], lambda m: load[m] < cap[m])
+        moved = moved or search.augment(load, lambda m: load[m] > floor[m], lambda m: load[m] < floor[m])
+        if not moved:
+            return
+
+
+class _PathSearch:
+    """Breadth-first search for the shortest chain of legal standby moves."""
+
+    def __init__(self, problem: StandbyProblem, chosen: dict[Task, list[str]], held: dict[str, set[Task]]):
+        self.problem = problem
+        self.chosen = chosen
+        self.held = held
+        self.members = sorted(held)
+        # Receivers are found by rack: a task's off-rack standby can only move off its rack.
+        self.racks = sorted({problem.rack[m] or "" for m in self.members})
+
+    def augment(
+        self, load: dict[str, int], source: Callable[[str], bool], target: Callable[[str], bool]
+    ) -> bool:
+        """Move one unit of load from a source to a target member; False if no path exists."""
+        sources = [m for m in self.members if source(m)]
+        if not sources or not any(target(m) for m in self.members):
+            return False
+        parent: dict[str, tuple[str, Task]] = {}
+        visited = set(sources)
+        unvisited = {r: [m for m in self.members if (self.problem.rack[m] or "") == r and m not in visited]
+                     for r in self.racks}
+        queue = list(sources)
+        for donor in queue:  # the queue grows while it is walked
+            for task in sorted(self.held[donor]):
+                found = self._receivers(donor, task, unvisited, visited, parent, queue, target)
+                if found is not None:
+                    self._apply(found, parent, load)
+                    return True
+        return False
+
+    def _receivers(
+        self,
+        donor: str,
+        task: Task,
+        unvisited: dict[str, list[str]],
+        visited: set[str],
+        parent: dict[str, tuple[str, Task]],
+        queue: list[str],
+        target: Callable[[str], bool],
+    ) -> str | None:
+        """Visit every unvisited member that could take `task` from `donor`; a target ends it."""
+        problem = self.problem
+        active = problem.active[task]
+        worst = _category(problem, active, donor)
+        active_rack = problem.rack[active]
+        eligible = problem.eligible_set[task[0]]
+        taken = self.chosen[task]
+        for rack in self.racks:
+            if worst == 0 and active_rack is not None and rack == active_rack:
+                continue  # an off-rack standby must stay off the active's rack
+            waiting: list[str] = []
+            for m in unvisited[rack]:
+                if m in visited:
+                    continue
+                if m == active or m in taken or m not in eligible or _category(problem, active, m) > worst:
+                    waiting.append(m)
+                    continue
+                visited.add(m)
+                parent[m] = (donor, task)
+                queue.append(m)
+                if target(m):
+                    return m
+            unvisited[rack] = waiting
         return None
-    for donor in donors:
-        for task in sorted(held[donor]):
-            active = problem.active[task]
-            worst = _category(problem, active, donor)
-            for receiver in receivers:
-                if (
-                    receiver != active
-                    and receiver not in chosen[task]
-                    and receiver in problem.eligible_set[task[0]]
-                    and _category(problem, active, receiver) <= worst
-                ):
-                    return task, donor, receiver
-    return None
+
+    def _apply(self, receiver: str, parent: dict[str, tuple[str, Task]], load: dict[str, int]) -> None:
+        """Carry out the chain ending at `receiver`: only its two ends change load."""
+        load[receiver] += 1
+        while receiver in parent:
+            donor, task = parent[receiver]
+            members = self.chosen[task]
+            members[members.index(donor)] = receiver
+            self.held[donor].discard(task)
+            self.held[receiver].add(task)
+            receiver = donor
+        load[receiver] -= 1  # the source
