@@ -163,3 +163,90 @@ def apply_churn(scenario: dict[str, Any], event: tuple[str, Any]) -> dict[str, A
         kept = {k: v for k, v in old.items() if k not in ("previous_active", "previous_standby", "epoch")}
         members[chosen] = {**kept, "local_offsets": offsets}
     return {**scenario, "members": members}
+
+
+# Odd values a client or a bug could send, beside random JSON: digit strings with
+# leading zeros or signs name the same partition as a plain one, and so on.
+odd_values = st.sampled_from(
+    [None, True, False, -1, 0, 2**70, 1.5, float("nan"), "", "05", "5", "-1", " 5", [], {}, [1, 1], {"5": 1}]
+)
+any_value = st.one_of(odd_values, json_values)
+
+# Keys added to an object: partition keys that parse alike, unknown and known names.
+NEW_KEYS = ["05", "5", "-1", " 5", "x", "clicks", "joins-changelog", "audit"]
+
+# Every place in a scenario where input can be malformed, as a path of keys; "*"
+# stands for an existing key or index at that level (or a new one).
+MALFORMABLE_PATHS = [
+    ("topics",),
+    ("topics", "*"),
+    ("copartition_groups",),
+    ("copartition_groups", "*"),
+    ("copartition_groups", "*", "*"),
+    ("changelog_topics",),
+    ("changelog_topics", "*"),
+    ("standby_replicas",),
+    ("members",),
+    ("members", "*"),
+    *[
+        ("members", "*", field, *rest)
+        for field, depths in [
+            ("topics", [(), ("*",)]),
+            ("host", [()]),
+            ("rack", [()]),
+            ("capacity", [()]),
+            ("epoch", [()]),
+            ("previous_active", [(), ("*",), ("*", "*")]),
+            ("previous_standby", [(), ("*",), ("*", "*")]),
+            ("local_offsets", [(), ("*",), ("*", "*")]),
+        ]
+        for rest in depths
+    ],
+]
+
+
+@st.composite
+def malformed_scenarios(draw: st.DrawFn) -> Any:
+    """A valid scenario with one to four fields, at any depth, made malformed or removed."""
+    scenario = draw(scenarios())
+    for _ in range(draw(st.integers(1, 4))):
+        _malform(draw, scenario, draw(st.sampled_from(MALFORMABLE_PATHS)))
+    return scenario
+
+
+def _malform(draw: st.DrawFn, node: Any, path: tuple[str, ...]) -> None:
+    """Replace, remove or add the value at `path` (or stop where the path no longer exists)."""
+    for step in path[:-1]:
+        key = _pick_key(draw, node, step)
+        if key is None:
+            return
+        node = node[key]
+    key = _pick_key(draw, node, path[-1], new=True)
+    if key is None:
+        return
+    action = draw(st.sampled_from(["replace", "replace", "remove", "add"]))
+    if isinstance(node, dict):
+        if action == "remove":
+            node.pop(key, None)
+        elif action == "add":
+            node[draw(st.sampled_from(NEW_KEYS))] = draw(any_value)
+        else:
+            node[key] = draw(any_value)
+    elif action == "remove" and key < len(node):
+        del node[key]
+    elif action == "add" or key >= len(node):
+        node.append(draw(any_value))
+    else:
+        node[key] = draw(any_value)
+
+
+def _pick_key(draw: st.DrawFn, node: Any, step: str, new: bool = False) -> Any:
+    if isinstance(node, dict):
+        if step != "*" and step not in node and not new:
+            return None
+        keys = sorted(node, key=str) if step == "*" else [step]
+        options = keys + (["extra"] if new and step == "*" else [])
+        return draw(st.sampled_from(options)) if options else None
+    if isinstance(node, list):
+        return draw(st.integers(0, len(node) if new else max(len(node) - 1, 0))) if node or new else None
+    return None

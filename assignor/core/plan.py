@@ -127,8 +127,9 @@ def _index(scn: Scenario) -> _Index:
 def _warn_partial(scn: Scenario, group: Group, who: list[int], common: set[str]) -> None:
     missing = sorted(set(group.topics) - common)
     for i in who:
-        scn.warnings.add(
-            "partial",
+        scn.warnings.member(
+            scn.members[i].id,
+            "topics",
             f"member {scn.members[i].id!r} subscribes to part of co-partition group "
             f"{list(group.topics)} (missing {missing}); it gets none of its tasks",
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from assignor.core.warnings import Warnings
+from assignor.core.warnings import Warnings, canonical, key_order, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,15 @@ class Scenario:
         return max((m.epoch for m in self.members), default=0)
 
 
+SCENARIO_FIELDS = frozenset(
+    {"topics", "copartition_groups", "changelog_topics", "standby_replicas", "members"}
+)
+# The contract's optional warm-up fields (KIP-441 style), which this planner does not implement.
+WARMUP_FIELDS = frozenset({"acceptable_recovery_lag", "max_warmup_replicas", "changelog_end_offsets"})
+MEMBER_FIELDS = frozenset(
+    {"topics", "host", "rack", "capacity", "epoch", "previous_active", "previous_standby", "local_offsets"}
+)
+
 # Far above any real topic (Kafka advises well under this per cluster); a larger
 # count is corrupt metadata, and planning it would allocate gigabytes.
 MAX_PARTITIONS = 1_000_000
@@ -106,10 +115,24 @@ def parse_scenario(raw: Any) -> Scenario:
     groups = _parse_groups(raw.get("copartition_groups"), topics, changelogs, warnings)
     standby = raw.get("standby_replicas", 0)
     if not _is_int(standby) or standby < 0:
-        warnings.add("standby", f"standby_replicas {standby!r} is not a non-negative integer; using 0")
+        warnings.add("standby", f"standby_replicas {shown(standby)} is not a non-negative integer; using 0")
         standby = 0
-    members = _parse_members(raw.get("members"), topics, warnings)
+    _warn_unknown_fields(raw, warnings)
+    members = _parse_members(raw.get("members"), topics, changelogs, warnings)
     return Scenario(topics, groups, standby, members, warnings)
+
+
+def _warn_unknown_fields(raw: Mapping[Any, Any], warnings: Warnings) -> None:
+    warmup = sorted(WARMUP_FIELDS.intersection(raw))
+    if warmup:
+        warnings.add(
+            "input",
+            f"warm-up fields {warmup} are not supported by this planner; ignored "
+            "(no warm-up replicas, no pending_moves)",
+        )
+    unknown = sorted((k for k in raw if k not in SCENARIO_FIELDS | WARMUP_FIELDS), key=key_order)
+    if unknown:
+        warnings.add("input", f"unknown fields {[shown(k) for k in unknown]} ignored")
 
 
 def _parse_topics(raw: Any, warnings: Warnings) -> dict[str, int]:
@@ -117,12 +140,12 @@ def _parse_topics(raw: Any, warnings: Warnings) -> dict[str, int]:
         warnings.add("topics", "'topics' is missing or not an object; no topics to assign")
         return {}
     topics: dict[str, int] = {}
-    for name in sorted(raw, key=str):
+    for name in sorted(raw, key=key_order):
         count = raw[name]
         if not isinstance(name, str) or not name:
-            warnings.add("topics", f"topic name {name!r} is not a non-empty string; ignored")
+            warnings.add("topics", f"topic name {shown(name)} is not a non-empty string; ignored")
         elif not _is_int(count) or not 0 <= count <= MAX_PARTITIONS:
-            warnings.add("topics", f"topic {name!r} has partition count {count!r}; ignored")
+            warnings.add("topics", f"topic {name!r} has partition count {shown(count)}; ignored")
         else:
             topics[name] = count
     return topics
@@ -154,10 +177,10 @@ def _parse_groups(
     if raw is not None and not isinstance(raw, list | tuple):
         warnings.add("groups", "'copartition_groups' is not a list; every topic stands alone")
         raw = []
-    for entry in raw or []:
+    for entry in sorted(raw or [], key=canonical):  # the list's order means nothing
         names = _string_list(entry)
         if names is None:
-            warnings.add("groups", f"co-partition group {entry!r} is not a list of topic names")
+            warnings.add("groups", f"co-partition group {shown(entry)} is not a list of topic names")
             continue
         unknown = sorted(set(names) - set(topics))
         if unknown:
@@ -225,18 +248,20 @@ class _Catalog:
         return cls(counts, frozenset(counts), largest, len(set(counts.values())) <= 1)
 
 
-def _parse_members(raw: Any, topics: dict[str, int], warnings: Warnings) -> list[Member]:
+def _parse_members(
+    raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
+) -> list[Member]:
     if not isinstance(raw, Mapping):
         warnings.add("members", "'members' is missing or not an object; no members")
         return []
     catalog = _Catalog.of(topics)
     members: list[Member] = []
     subscriptions: dict[frozenset[str], frozenset[str]] = {}
-    for member_id in sorted(raw, key=str):
+    for member_id in sorted(raw, key=key_order):
         if not isinstance(member_id, str):
-            warnings.add("members", f"member id {member_id!r} is not a string; ignored")
+            warnings.add("members", f"member id {shown(member_id)} is not a string; ignored")
             continue
-        member = _parse_member(member_id, raw[member_id], catalog, warnings)
+        member = _parse_member(member_id, raw[member_id], catalog, changelogs, warnings)
         # One frozenset per distinct subscription: 2,000 members of 500 topics would
         # otherwise hold 2,000 equal sets (64 MB).
         shared = subscriptions.setdefault(member.topics, member.topics)
@@ -244,24 +269,35 @@ def _parse_members(raw: Any, topics: dict[str, int], warnings: Warnings) -> list
     return members
 
 
-def _parse_member(member_id: str, raw: Any, catalog: _Catalog, warnings: Warnings) -> Member:
+def _parse_member(
+    member_id: str, raw: Any, catalog: _Catalog, changelogs: set[str], warnings: Warnings
+) -> Member:
     if not isinstance(raw, Mapping):
-        warnings.add(
-            "member-data", f"member {member_id!r}: data unreadable; no subscription, no history"
+        warnings.member(
+            member_id, "data",
+            f"member {member_id!r}: data unreadable; no subscription, no history",
         )
         raw = {}
+    unknown_fields = sorted((k for k in raw if k not in MEMBER_FIELDS), key=key_order)
+    if unknown_fields:
+        fields = [shown(k) for k in unknown_fields]
+        warnings.member(member_id, "fields", f"member {member_id!r}: unknown fields {fields} ignored")
     subscription = _string_list(raw.get("topics"))
     if subscription is None:
-        warnings.add("member-data", f"member {member_id!r}: 'topics' missing or not a list of names")
+        warnings.member(member_id, "topics", f"member {member_id!r}: 'topics' missing or not a list of names")
         subscription = []
     unknown = sorted(set(subscription) - catalog.names)
     if unknown:
-        warnings.add("unknown-topic", f"member {member_id!r} subscribes to unknown topics {unknown}")
+        warnings.member(member_id, "topics", f"member {member_id!r} subscribes to unknown topics {unknown}")
     previous_active, active_flat = _parse_partitions(
         member_id, "previous_active", raw.get("previous_active"), catalog, warnings
     )
     previous_standby, _ = _parse_partitions(
         member_id, "previous_standby", raw.get("previous_standby"), catalog, warnings
+    )
+    previous_standby = _changelogs_only(
+        member_id, "previous_standby", raw.get("previous_standby"), previous_standby,
+        changelogs, catalog, warnings,
     )
     return Member(
         id=member_id,
@@ -272,9 +308,40 @@ def _parse_member(member_id: str, raw: Any, catalog: _Catalog, warnings: Warning
         epoch=_parse_epoch(member_id, raw.get("epoch", 0), warnings),
         previous_active=previous_active,
         previous_standby=previous_standby,
-        local_offsets=_parse_offsets(member_id, raw.get("local_offsets"), catalog.counts, warnings),
+        local_offsets=_changelogs_only(
+            member_id,
+            "local_offsets",
+            raw.get("local_offsets"),
+            _parse_offsets(member_id, raw.get("local_offsets"), catalog.counts, warnings),
+            changelogs,
+            catalog,
+            warnings,
+        ),
         previous_active_flat=active_flat,
     )
+
+
+def _changelogs_only(
+    member_id: str,
+    name: str,
+    raw: Any,
+    parsed: Mapping[str, Any],
+    changelogs: set[str],
+    catalog: _Catalog,
+    warnings: Warnings,
+) -> Mapping[str, Any]:
+    """Only changelog topics hold state: a standby or an offset of another known topic is
+    ignored, even an empty one (unknown topics have their own warning)."""
+    if not isinstance(raw, Mapping) or changelogs.issuperset(raw):
+        return parsed
+    others = sorted(t for t in catalog.names.intersection(raw) if t not in changelogs)
+    if not others:
+        return parsed
+    warnings.member(
+        member_id, name,
+        f"member {member_id!r}: {name} names {others}, not changelog topics; ignored",
+    )
+    return {t: v for t, v in parsed.items() if t in changelogs}
 
 
 def _parse_label(
@@ -284,7 +351,7 @@ def _parse_label(
         return default
     if isinstance(value, str) and value:
         return value
-    warnings.add("member-data", f"member {member_id!r}: {name} {value!r} is not a string; ignored")
+    warnings.member(member_id, name, f"member {member_id!r}: {name} {shown(value)} is not a string; ignored")
     return default
 
 
@@ -293,14 +360,19 @@ def _parse_capacity(member_id: str, value: Any, warnings: Warnings) -> Fraction:
     if ok and math.isfinite(value) and value > 0:
         # Through repr so 0.1 means one tenth, not its binary approximation.
         return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
-    warnings.add("capacity", f"member {member_id!r}: capacity {value!r} is not positive; using 1")
+    warnings.member(
+        member_id, "capacity",
+        f"member {member_id!r}: capacity {shown(value)} is not positive; using 1",
+    )
     return Fraction(1)
 
 
 def _parse_epoch(member_id: str, value: Any, warnings: Warnings) -> int:
     if _is_int(value) and value >= 0:
         return value
-    warnings.add("epoch", f"member {member_id!r}: epoch {value!r} is not a non-negative integer; 0")
+    warnings.member(
+        member_id, "epoch", f"member {member_id!r}: epoch {shown(value)} is not a non-negative integer; 0"
+    )
     return 0
 
 
@@ -310,7 +382,7 @@ def _parse_partitions(
     if raw is None:
         return {}, None
     if not isinstance(raw, Mapping):
-        warnings.add("member-data", f"member {member_id!r}: {name} is not an object; ignored")
+        warnings.member(member_id, name, f"member {member_id!r}: {name} is not an object; ignored")
         return {}, None
     fast = _clean_member_partitions(raw, catalog)
     if fast is not None:
@@ -323,21 +395,26 @@ def _checked_partitions(
 ) -> dict[str, Collection[int]]:
     """One list at a time, with a warning for each odd one."""
     result: dict[str, Collection[int]] = {}
-    for topic, partitions in raw.items():
+    for topic in sorted(raw, key=key_order):  # warnings in one order, whatever the JSON's
+        partitions = raw[topic]
         count = topics.get(topic) if isinstance(topic, str) else None
         if count is None:
-            warnings.add("unknown-topic", f"member {member_id!r}: {name} names unknown topic {topic!r}")
+            warnings.member(
+                member_id, name,
+                f"member {member_id!r}: {name} names unknown topic {shown(topic)}",
+            )
         elif _clean_partitions(partitions, count):
             if partitions:
                 result[topic] = frozenset(partitions)
         elif not isinstance(partitions, list | tuple):
-            warnings.add("member-data", f"member {member_id!r}: {name}[{topic!r}] is not a list")
+            warnings.member(member_id, name, f"member {member_id!r}: {name}[{topic!r}] is not a list")
         else:
             valid = frozenset(p for p in partitions if _is_int(p) and 0 <= p < count)
-            bad = sorted((p for p in partitions if not (_is_int(p) and 0 <= p < count)), key=repr)
-            warnings.add(
-                "partition-range",
-                f"member {member_id!r}: {name}[{topic!r}] has invalid partitions {bad}; ignored",
+            bad = [p for p in partitions if not (_is_int(p) and 0 <= p < count)]
+            warnings.member(
+                member_id,
+                name,
+                f"member {member_id!r}: {name}[{topic!r}] has invalid partitions {shown(bad)}; ignored",
             )
             if valid:
                 result[topic] = valid
@@ -398,32 +475,54 @@ def _parse_offsets(
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        warnings.add("member-data", f"member {member_id!r}: local_offsets is not an object; ignored")
+        warnings.member(
+            member_id, "local_offsets",
+            f"member {member_id!r}: local_offsets is not an object; ignored",
+        )
         return {}
     result: dict[str, dict[int, int]] = {}
-    for topic in sorted(raw, key=str):
+    for topic in sorted(raw, key=key_order):
         entries = raw[topic]
         if topic not in topics or not isinstance(entries, Mapping):
-            warnings.add("member-data", f"member {member_id!r}: local_offsets[{topic!r}] ignored")
+            warnings.member(
+                member_id, "local_offsets",
+                f"member {member_id!r}: local_offsets[{shown(topic)}] ignored",
+            )
             continue
-        offsets: dict[int, int] = {}
-        for key, offset in entries.items():
-            partition = _partition_key(key)
-            if partition is None or not 0 <= partition < topics[topic] or not _is_int(offset):
-                warnings.add(
-                    "partition-range",
-                    f"member {member_id!r}: local_offsets[{topic!r}][{key!r}] = {offset!r} ignored",
-                )
-                continue
-            offsets[partition] = offset
+        offsets = _parse_topic_offsets(member_id, topic, entries, topics[topic], warnings)
         if offsets:
             result[topic] = offsets
     return result
 
 
+def _parse_topic_offsets(
+    member_id: str, topic: str, entries: Mapping[Any, Any], count: int, warnings: Warnings
+) -> dict[int, int]:
+    """partition -> offset; keys in one order so a duplicate resolves alike whatever the JSON's."""
+    offsets: dict[int, int] = {}
+    for key in sorted(entries, key=key_order):
+        offset = entries[key]
+        where = f"member {member_id!r}: local_offsets[{topic!r}][{shown(key)}]"
+        partition = _partition_key(key)
+        if partition is None or not 0 <= partition < count or not _is_int(offset):
+            warnings.member(member_id, "local_offsets", f"{where} = {shown(offset)} ignored")
+        elif partition in offsets:
+            warnings.member(
+                member_id, "local_offsets",
+                f"{where}: partition {partition} given twice; this one ignored",
+            )
+        elif offset < 0:
+            warnings.member(member_id, "local_offsets", f"{where} = {offset} is negative; counted as 0")
+            offsets[partition] = 0
+        else:
+            offsets[partition] = offset
+    return offsets
+
+
 def _partition_key(key: Any) -> int | None:
+    """A partition number: an int, or its plain decimal text ("5", not "05", "+5" or " 5")."""
     if _is_int(key):
         return key
-    if isinstance(key, str) and key.isascii() and key.isdigit():
+    if isinstance(key, str) and key.isascii() and key.isdigit() and (key == "0" or key[0] != "0"):
         return int(key)
     return None
