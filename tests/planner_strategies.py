@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import strategies as st
@@ -169,7 +170,7 @@ def apply_churn(scenario: dict[str, Any], event: tuple[str, Any]) -> dict[str, A
 # leading zeros or signs name the same partition as a plain one, and so on.
 odd_values = st.sampled_from(
     [None, True, False, -1, 0, 2**70, 1.5, float("nan"), "", "05", "5", "-1", " 5", [], {}, [1, 1], {"5": 1}]
-)
+).map(copy.deepcopy)  # sampled_from hands out the same objects, and _malform mutates what it draws
 any_value = st.one_of(odd_values, json_values)
 
 # Keys added to an object: partition keys that parse alike, unknown and known names.

@@ -89,6 +89,7 @@ def test_no_topics_field_gives_one_answer_whatever_the_order() -> None:
         ("local_offsets", {"ghost": {"1": 5}}, "ghost"),
         ("local_offsets", {"joins-changelog": {"1": -1}}, "negative"),
         ("local_offsets", {"joins-changelog": {"01": 5}}, "'01'"),
+        ("local_offsets", {"joins-changelog": {"1": 2**63}}, "not a Kafka offset"),
         ("hots", "node-a", "hots"),  # a misspelt field
     ],
 )
@@ -163,3 +164,12 @@ def test_a_members_warning_is_not_hidden_behind_other_members_warnings() -> None
     warnings = plan(_join(crowd))["warnings"]
     hidden = [w for w in warnings if w.startswith("... and 10 more")]
     assert hidden and all(f"'w{k:02d}'" in hidden[0] for k in range(20, 30)), warnings
+
+
+def test_numbers_beyond_64_bits_are_planned_around_not_crashed_on() -> None:
+    """The planner works in int64 arrays; Python ints from JSON are unbounded."""
+    scn = _join({"w1": {"local_offsets": {"joins-changelog": {"1": 2**64, "2": 2**63 - 1}}}, "w2": {}})
+    scn["standby_replicas"] = 2**63
+    assignment = plan(scn)
+    assert not any("internal planner error" in w for w in assignment["warnings"]), assignment["warnings"]
+    check.check_standbys({**scn, "standby_replicas": 1}, assignment, check.task_owner(scn, assignment))
