@@ -146,7 +146,10 @@ class _Writer:
         self.uint(self.names.setdefault(name, len(self.names)))
 
     def partitions(self, partitions: Iterable[int]) -> None:
-        ordered = sorted(set(partitions))
+        self.sorted_partitions(sorted(set(partitions)))
+
+    def sorted_partitions(self, ordered: list[int] | tuple[int, ...]) -> None:
+        """Partitions already sorted and distinct, as a count and deltas."""
         self.uint(len(ordered))
         if not ordered:
             return
@@ -171,7 +174,7 @@ class _Writer:
             self.uint(len(topics))
             for topic in topics:
                 self.topic(topic)
-            self.partitions(parts)
+            self.sorted_partitions(parts)
 
     def finish(self, kind: int) -> bytes:
         table = _Writer()
