@@ -399,3 +399,25 @@ def test_any_group_gets_a_valid_co_partitioned_kafka_assignment(
         for topic, partitions in fetched.items():
             seen[topic] += partitions
     assert sorted(seen[IMP]) == sorted(seen[CLK]) == list(range(6))
+
+
+def test_the_collector_is_paused_while_the_leader_assigns(monkeypatch: Any) -> None:
+    """Decoding and encoding every member's data runs without cyclic collections."""
+    import gc
+
+    from assignor import faust_adapter
+
+    seen: list[bool] = []
+    real = faust_adapter.wire.read_subscription
+
+    def spy(data: bytes | None, member: str) -> Any:
+        seen.append(gc.isenabled())
+        return real(data, member)
+
+    monkeypatch.setattr(faust_adapter.wire, "read_subscription", spy)
+    apps = {m: make_app() for m in ("w1", "w2")}
+    members = {m: tandem(app) for m, app in apps.items()}
+    assert gc.isenabled()
+    plan_round(members["w1"], members)
+    assert seen == [False, False] and gc.isenabled()
+    assert members["w1"].actives() or members["w2"].actives()

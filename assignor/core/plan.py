@@ -56,16 +56,17 @@ def plan(raw: Any) -> dict[str, Any]:
 
 
 def plan_with_stats(raw: Any) -> PlanResult:
-    with _collector_paused():
+    with collector_paused():
         return _plan_or_fall_back(raw)
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Planning a million topic-partitions allocates millions of small acyclic
     containers; the cyclic collector would walk the whole heap (the caller's
     scenario included) several times for nothing, ~0.3-1 s at that size.
-    Reference counting still frees everything as it goes."""
+    Reference counting still frees everything as it goes. Nests: the state
+    found on entry is restored on exit."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
