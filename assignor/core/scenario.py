@@ -65,6 +65,11 @@ class Member:
     previous_active_flat: FlatPartitions | None = None
 
 
+# From this many topics a member's lists become arrays while parsing (the values are
+# still in cache, and numpy's per-call cost is spread); fewer, only if the claims ask.
+EAGER_ARRAYS = 16
+
+
 @dataclass(frozen=True, slots=True)
 class FlatPartitions:
     """A member's clean topic -> partitions: `names[i]` lists `lists[i]`; `flat` chains them."""
@@ -72,9 +77,20 @@ class FlatPartitions:
     names: list[str]
     lists: list[list[int]]
     flat: list[int]
+    lengths: np.ndarray | None = None
+    values: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, names: list[str], lists: list[list[int]], flat: list[int]) -> FlatPartitions:
+        if len(names) < EAGER_ARRAYS:
+            return cls(names, lists, flat)
+        lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+        return cls(names, lists, flat, lengths, np.array(flat, np.int64))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(lengths, values) as arrays, made only where the planner wants them."""
+        """(lengths, values) as arrays."""
+        if self.lengths is not None and self.values is not None:
+            return self.lengths, self.values
         lengths = np.fromiter(map(len, self.lists), np.int64, len(self.lists))
         return lengths, np.array(self.flat, np.int64)
 
@@ -488,7 +504,7 @@ def _clean_member_partitions(
         result = {t: ps for t, ps in raw.items() if ps}
     else:  # the caller's own dict (read, never written): a copy per member adds up
         result = raw if type(raw) is dict else dict(raw)
-    return result, FlatPartitions(names, lists, flat)
+    return result, FlatPartitions.of(names, lists, flat)
 
 
 def _clean_partitions(partitions: Any, count: int) -> bool:
