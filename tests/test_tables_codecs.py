@@ -187,3 +187,27 @@ def test_records_made_without_faust_s_constructor_equal_faust_s(value: dict[str,
     assert fast == faust_made and fast.asdict() == faust_made.asdict()
     assert Order.loads(fast.dumps()) == faust_made
     assert not value_form(Strict, "json", lambda raw: None)._plain  # type: ignore[attr-defined]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            f: st.one_of(
+                st.none(),
+                st.booleans(),
+                st.integers(-(2**63), 2**63 - 1),
+                st.floats(allow_nan=False),
+                st.text(max_size=2),
+            )
+            for f in ("order_id", "customer", "amount", "note", "extra")
+        },
+    )
+)
+def test_the_compiled_check_accepts_exactly_what_the_field_by_field_check_does(
+    value: dict[str, typing.Any],
+) -> None:
+    form = value_form(Order, "json", lambda raw: None)
+    slow = form._reason(dict(value))  # type: ignore[attr-defined]
+    assert form._well_formed(dict(value)) == (not isinstance(slow, Rejected))  # type: ignore[attr-defined]
