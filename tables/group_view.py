@@ -49,6 +49,7 @@ async def group_snapshot(app: AppT, runtime: Runtime) -> dict[str, Any]:
     for url in urls:
         view, error = (own, None) if _norm(url) == own_url else next(others)
         workers.append({"url": url, "ok": view is not None, "error": error, "view": view})
+    workers.sort(key=lambda w: (w["view"] is None, w["view"]["worker"] if w["view"] else w["url"]))
     return {
         "served_by": own["worker"],
         "generated_at": time.time(),
@@ -239,7 +240,7 @@ def _td(value: Any, numeric: bool = False) -> str:
 def _workers_table(workers: list[dict[str, Any]]) -> str:
     head = [
         "worker", "host", "rack", "url", "active", "standby", "records read", "results",
-        "input lag", "dead letters", "late", "duplicates", "held", "last rebalance here",
+        "input lag", "dead letters", "late", "duplicates", "held",
     ]  # fmt: skip
     rows = []
     for w in workers:
@@ -264,19 +265,10 @@ def _workers_table(workers: list[dict[str, Any]]) -> str:
             _td(sum(v or 0 for j in joins for v in j["lag"].values()), True),
             _td(dead or 0), _td(sum(j["late"] for j in joins), True),
             _td(sum(j["duplicates"] for j in joins), True), _td(sum(j["held"] for j in joins), True),
-            _td("; ".join(_moves(j["last_rebalance"]) for j in joins)),
         ]  # fmt: skip
         rows.append("<tr>" + "".join(cells) + "</tr>")
     header = "".join(f"<th>{escape(h)}</th>" for h in head)
     return f"<h2>Workers</h2><table><tr>{header}</tr>{''.join(rows)}</table>"
-
-
-def _moves(rebalance: dict[str, Any]) -> str:
-    took = "restoring" if rebalance["seconds"] is None else f"{rebalance['seconds']:.1f} s"
-    return (
-        f"kept {_fmt(rebalance['kept'])} · warm {_fmt(rebalance['moved_warm'])} · "
-        f"cold {_fmt(rebalance['moved_cold'])} · replayed {_fmt(rebalance['replayed'])} · {took}"
-    )
 
 
 def _grid(name: str, grid: dict[str, Any], workers: list[dict[str, Any]]) -> str:

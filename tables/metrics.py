@@ -157,7 +157,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "tandem_rebalance_partitions": (
         "counter",
         ("join", "kind"),
-        "Partitions newly assigned as active, summed over rebalances: kept, moved warm, moved cold",
+        "Active partitions after each rebalance, by how they came: kept, moved warm, moved cold (summed)",
     ),
     "tandem_last_rebalance_partitions": (
         "gauge",

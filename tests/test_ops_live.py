@@ -108,8 +108,11 @@ def test_metrics_cover_the_view_and_the_dashboard(group: Cluster) -> None:
 def test_group_page_in_chromium_shows_the_assignment(group: Cluster, tmp_path: Path) -> None:
     served_by = group.workers[1]
     url = f"http://127.0.0.1:{served_by.port}/tandem/group"
-    # The history behind the plots: a few samples (one every 2 s) on every worker.
-    assert wait_for(lambda: all(len(_history(w)) >= 3 for w in group.workers), 20)
+    # The history behind the plots (a sample every 2 s on every worker), with traffic in it.
+    assert wait_for(lambda: all(len(_history(w)) >= 2 for w in group.workers), 20)
+    group.send(group.traffic(uuid.uuid4().hex[:6]), 300, rate=100)
+    counts = {w.name: len(_history(w)) for w in group.workers}
+    assert wait_for(lambda: all(len(_history(w)) >= counts[w.name] + 2 for w in group.workers), 20)
     dom = chromium(url, tmp_path / "profile-dom", "--dump-dom")
     page = GridCells()
     page.feed(dom)

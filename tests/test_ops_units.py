@@ -14,8 +14,8 @@ from prometheus_client import REGISTRY, generate_latest
 from assignor.faust_adapter import TandemAssignor
 from assignor.whatif import Change, WhatIfError, predict, render
 from tables import join
-from tables.metrics import METRICS_PATH, LatencyBuckets
-from tests.ops_checks import exposition
+from tables.metrics import METRICS, METRICS_PATH, LatencyBuckets
+from tests.ops_checks import REPO, exposition
 
 
 def test_latency_buckets_are_cumulative_in_seconds() -> None:
@@ -141,3 +141,10 @@ def test_what_if_refuses_an_unknown_worker_and_a_group_with_a_silent_member() ->
     group["workers"][1] = {"url": "http://b", "ok": False, "error": "timeout", "view": None}
     with pytest.raises(WhatIfError, match="not answering: http://b"):
         predict(group, Change("leave", name="a"))
+
+
+def test_every_metric_is_documented() -> None:
+    text = (REPO / "docs" / "operations.md").read_text()
+    for name, (kind, _, _) in METRICS.items():
+        shown = f"`{name}_total`" if kind == "counter" else f"`{name}`"
+        assert shown in text, name
