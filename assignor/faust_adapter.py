@@ -36,6 +36,7 @@ from faust.types import TP, AppT
 from yarl import URL
 
 from assignor import PlanStats, faust_internals, plan_with_stats, wire
+from assignor.core.plan import collector_paused
 from assignor.faust_routing import RoutingUnavailable, prefetch, register_view
 from assignor.faust_scenario import (
     Join,
@@ -157,13 +158,22 @@ class TandemAssignor(PartitionAssignor):
         cluster: ClusterMetadata,
         member_metadata: Mapping[str, ConsumerProtocolMemberMetadata],
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        members: dict[str, MemberInfo] = {}
-        for member, md in member_metadata.items():
-            state, _ = wire.read_subscription(md.user_data, member)
-            members[member] = MemberInfo(frozenset(md.subscription), state)
-        return self.assign_members(cluster, members)
+        # Decoding and encoding a thousand members' data allocates many small objects;
+        # the cyclic collector would walk the leader's whole heap for them (as in plan()).
+        with collector_paused():
+            members: dict[str, MemberInfo] = {}
+            for member, md in member_metadata.items():
+                state, _ = wire.read_subscription(md.user_data, member)
+                members[member] = MemberInfo(frozenset(md.subscription), state)
+            return self.assign_members(cluster, members)
 
     def assign_members(
+        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        with collector_paused():
+            return self._assign_members(cluster, members)
+
+    def _assign_members(
         self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         started = time.monotonic()

@@ -80,10 +80,11 @@ def copartition_groups(
     groups = [sorted(t for t in j.all_topics if t in counts) for j in joins]
     groups = [g for g in groups if g]
     taken = {t for g in groups for t in g}
-    subscribers: dict[str, frozenset[int]] = {}
+    members_of: dict[str, set[int]] = {}
     for index, sub in enumerate(subscriptions):
         for topic in sub:
-            subscribers[topic] = subscribers.get(topic, frozenset()) | {index}
+            members_of.setdefault(topic, set()).add(index)
+    subscribers = {t: frozenset(ms) for t, ms in members_of.items()}
     for changelog in sorted(set(table_changelogs) - taken):
         if changelog not in counts:
             continue
@@ -107,21 +108,24 @@ def scenario_topics(joins: Sequence[Join], subscription: frozenset[str]) -> list
 
 def fresh_offsets(
     members: Mapping[str, MemberInfo], acceptable_lag: int
-) -> dict[str, dict[str, dict[str, int]]]:
-    """Each member's local offsets, keeping only copies within the lag of the freshest."""
-    best: dict[tuple[str, int], int] = {}
+) -> dict[str, dict[str, dict[int, int]]]:
+    """Each member's local offsets, keeping only copies within the lag of the freshest.
+
+    Partition keys stay ints (the planner reads ints or decimal text; JSON writes text).
+    """
+    best: dict[str, dict[int, int]] = {}
     for info in members.values():
         for topic, offsets in info.state.local_offsets.items():
+            top = best.setdefault(topic, {})
             for partition, offset in offsets.items():
-                key = (topic, partition)
-                best[key] = max(best.get(key, offset), offset)
-    result: dict[str, dict[str, dict[str, int]]] = {}
+                if offset > top.get(partition, offset - 1):
+                    top[partition] = offset
+    result: dict[str, dict[str, dict[int, int]]] = {}
     for member, info in members.items():
-        kept: dict[str, dict[str, int]] = {}
+        kept: dict[str, dict[int, int]] = {}
         for topic, offsets in info.state.local_offsets.items():
-            fresh = {
-                str(p): o for p, o in offsets.items() if o >= best[(topic, p)] - acceptable_lag
-            }
+            top = best[topic]
+            fresh = {p: o for p, o in offsets.items() if o >= top[p] - acceptable_lag}
             if fresh:
                 kept[topic] = fresh
         result[member] = kept
@@ -227,16 +231,19 @@ def routing_table(
     url_list = sorted(set(urls.values()))
     index = {url: i for i, url in enumerate(url_list)}
     owners = [[-1] * max((counts.get(t, 0) for t in g), default=0) for g in groups]
-    group_of = {t: gi for gi, g in enumerate(groups) for t in g}
+    # A group's topics go together (co-partitioned), and its largest topic has every
+    # partition: reading that one topic per group reads every owner once.
+    leads = [(gi, max(g, key=lambda t: (counts.get(t, 0), t))) for gi, g in enumerate(groups) if g]
     for member, entry in planned.get("members", {}).items():
         url = urls.get(member)
-        for topic, partitions in entry.get("active", {}).items():
-            gi = group_of.get(topic)
-            if url is None or gi is None:
-                continue
-            for p in partitions:
-                if 0 <= p < len(owners[gi]):
-                    owners[gi][p] = index[url]
+        active = entry.get("active", {})
+        if url is None or not active:
+            continue
+        for gi, topic in leads:
+            row = owners[gi]
+            for p in active.get(topic, ()):
+                if 0 <= p < len(row):
+                    row[p] = index[url]
     return RoutingTable(int(planned.get("epoch", 0)), url_list, groups, owners)
 
 

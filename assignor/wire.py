@@ -26,7 +26,9 @@ the leader never crashes on a member's bytes.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
@@ -40,6 +42,9 @@ FLAG_ZLIB = 0x01
 KIND_SUBSCRIPTION, KIND_ASSIGNMENT, KIND_ROUTING = 1, 2, 3
 HEADER = struct.Struct(">2sBB")
 MAX_BODY = 64 * 1024 * 1024  # refuse zip bombs: no real body comes near this
+# zlib only pays on bodies this large: a member's own assignment is usually smaller, and a
+# level-9 deflate setup per member cost the leader more than its whole encoding.
+MIN_COMPRESSED = 256
 
 TopicPartitions = dict[str, list[int]]
 
@@ -141,12 +146,21 @@ class _Writer:
         self.uint(self.names.setdefault(name, len(self.names)))
 
     def partitions(self, partitions: Iterable[int]) -> None:
-        ordered = sorted(set(partitions))
+        self.sorted_partitions(sorted(set(partitions)))
+
+    def sorted_partitions(self, ordered: list[int] | tuple[int, ...]) -> None:
+        """Partitions already sorted and distinct, as a count and deltas."""
         self.uint(len(ordered))
-        previous = -1
-        for partition in ordered:
-            self.uint(partition - previous - 1)
-            previous = partition
+        if not ordered:
+            return
+        if ordered[0] < 0:
+            raise WireError(f"negative value {ordered[0]} where an unsigned one belongs")
+        deltas = [b - a - 1 for a, b in zip([-1, *ordered[:-1]], ordered, strict=True)]
+        if max(deltas) < 0x80:  # the usual case: one byte each, written at once
+            self.buf += bytes(deltas)
+            return
+        for delta in deltas:
+            self.uint(delta)
 
     def topic_partitions(self, mapping: Mapping[str, Iterable[int]]) -> None:
         """Topics with equal partition sets share one entry."""
@@ -160,7 +174,7 @@ class _Writer:
             self.uint(len(topics))
             for topic in topics:
                 self.topic(topic)
-            self.partitions(parts)
+            self.sorted_partitions(parts)
 
     def finish(self, kind: int) -> bytes:
         table = _Writer()
@@ -169,9 +183,10 @@ class _Writer:
         for name in self.names:  # dicts keep insertion order = index order
             table.text(name)
         body = bytes(table.buf + self.buf)
-        packed = zlib.compress(body, 9)
-        if len(packed) < len(body):
-            return HEADER.pack(MAGIC, VERSION, FLAG_ZLIB) + packed
+        if len(body) >= MIN_COMPRESSED:
+            packed = zlib.compress(body, 9)
+            if len(packed) < len(body):
+                return HEADER.pack(MAGIC, VERSION, FLAG_ZLIB) + packed
         return HEADER.pack(MAGIC, VERSION, 0) + body
 
 
@@ -180,27 +195,48 @@ class _Writer:
 
 class _Reader:
     def __init__(self, data: bytes, kind: int) -> None:
-        self.data = memoryview(_body(data))
+        self.data = _body(data)
         self.pos = 0
         if self.uint() != kind:
             raise WireError(f"not a message of kind {kind}")
         self.names = [self.text() for _ in range(self.count())]
 
     def uint(self) -> int:
-        value = shift = 0
-        while True:
-            if self.pos >= len(self.data) or shift > 63:
-                raise WireError("truncated or overlong varint")
-            byte = self.data[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
+        data, pos = self.data, self.pos
+        if pos < len(data) and data[pos] < 0x80:  # one byte: most counts and deltas
+            self.pos = pos + 1
+            return data[pos]
+        return self.uints(1)[0]
+
+    def uints(self, n: int) -> list[int]:
+        """`n` varints in a row: a run of one-byte ones at C speed, else byte by byte."""
+        data, pos = self.data, self.pos
+        run = data[pos : pos + n]
+        if len(run) == n and (n == 0 or max(run) < 0x80):
+            self.pos = pos + n
+            return list(run)
+        values: list[int] = []
+        end = len(data)
+        for _ in range(n):
+            value = shift = 0
+            while True:
+                if pos >= end or shift > 63:
+                    raise WireError("truncated or overlong varint")
+                byte = data[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+            values.append(value)
+        self.pos = pos
+        return values
 
     def sint(self) -> int:
-        raw = self.uint()
-        return raw // 2 if raw % 2 == 0 else -(raw + 1) // 2
+        return self.sints(1)[0]
+
+    def sints(self, n: int) -> list[int]:
+        return [(raw >> 1) ^ -(raw & 1) for raw in self.uints(n)]  # zigzag
 
     def count(self) -> int:
         """A length that the remaining bytes could possibly hold (no huge allocations)."""
@@ -232,12 +268,9 @@ class _Reader:
         return self.names[index]
 
     def partitions(self) -> list[int]:
-        result: list[int] = []
-        previous = -1
-        for _ in range(self.count()):
-            previous += self.uint() + 1
-            result.append(previous)
-        return result
+        """Sorted partitions from their deltas: p[k] = sum(delta[:k + 1]) + k."""
+        n = self.count()
+        return list(map(operator.add, itertools.accumulate(self.uints(n)), range(n)))
 
     def topic_partitions(self) -> TopicPartitions:
         result: TopicPartitions = {}
@@ -310,7 +343,7 @@ def decode_subscription(data: bytes) -> Subscription:
     for _ in range(r.count()):
         topic = r.topic()
         partitions = r.partitions()
-        offsets[topic] = {p: r.sint() for p in partitions}
+        offsets[topic] = dict(zip(partitions, r.sints(len(partitions)), strict=True))
     r.end()
     return Subscription(epoch, url, host, rack, capacity, active, standby, offsets)
 

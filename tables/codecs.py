@@ -303,7 +303,7 @@ def _compile_build(
             "def make(p):",
             "    g = p.get",
             "    r = new(M)",
-            "    r.__dict__.update({" + ", ".join(parts) + "})",
+            "    r.__dict__ = {" + ", ".join(parts) + "}",
             "    return r",
         ]
     )

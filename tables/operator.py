@@ -156,8 +156,7 @@ class WindowedJoin:
             self._count("late")
             return []
         if now is None or ts > now:
-            self.stream_time = ts
-            state.put(_STREAM_TIME_KEY, _pack_time(ts + _BIAS))
+            self.stream_time = ts  # written to the state once per batch (take_changes)
             results = self._expire(True) if self._due < ts else []
         else:
             results = []
@@ -303,7 +302,10 @@ class WindowedJoin:
     # -- changelog ---------------------------------------------------------
 
     def take_changes(self) -> list[tuple[bytes, bytes]]:
-        """Changelog records since the last call: records first, then the counters."""
+        """Changelog records since the last call: records first, then the counters. Also
+        puts the stream time in the state (derived on replay: not in the changelog)."""
+        if self.stream_time is not None:
+            self.state.put(_STREAM_TIME_KEY, _pack_time(self.stream_time + _BIAS))
         changes = list(self._changes.items())
         for name in sorted(self._dirty_meta):
             key = keys.meta_key(name)

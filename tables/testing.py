@@ -12,6 +12,7 @@ docs/embedded-broker.md.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -186,6 +187,29 @@ async def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: 
     finally:
         await consumer.stop()
     raise TimeoutError(f"no high watermark for every partition of {topic} within {timeout} s")
+
+
+async def read_records(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[Any]:
+    """Every record of the topic (aiokafka ConsumerRecords), read up to each partition's
+    high watermark as fetch responses report it."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False)
+    await consumer.start()
+    found: list[Any] = []
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        async with asyncio.timeout(timeout):
+            while True:
+                fetched = await consumer.getmany(timeout_ms=200)
+                found.extend(r for records in fetched.values() for r in records)
+                if await caught_up(consumer, tps):
+                    return found
+    finally:
+        await consumer.stop()
 
 
 def embedded_env() -> dict[str, str]:

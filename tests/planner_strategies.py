@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import strategies as st
@@ -92,3 +93,162 @@ def garbled_scenarios(draw: st.DrawFn) -> Any:
         key = draw(st.sampled_from(sorted(target) + ["extra"]))
         target[key] = draw(json_values)
     return scenario
+
+
+@st.composite
+def churn_histories(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """A stateful group of members on shared hosts and racks, and the events that follow.
+
+    Two co-partitioned stateful groups (of different sizes) and a lone stateful
+    topic; R = 1 or 2; members join, leave, or restart (empty history, with the
+    `local_offsets` of the state they held). The events are applied by
+    `apply_churn` to the scenario fed back from the previous plan.
+    """
+    sizes = draw(st.lists(st.integers(1, 40), min_size=3, max_size=3))
+    groups = [["a-in", "a-side", "a-changelog"], ["b-in", "b-changelog"]]
+    topics = {t: sizes[0] for t in groups[0]} | {t: sizes[1] for t in groups[1]} | {"c-changelog": sizes[2]}
+    hosts = draw(st.integers(2, 6))
+    racks = draw(st.sampled_from([0, 2, 3]))
+    scenario: dict[str, Any] = {
+        "topics": topics,
+        "copartition_groups": groups,
+        "changelog_topics": ["a-changelog", "b-changelog", "c-changelog"],
+        "standby_replicas": draw(st.integers(1, 2)),
+        "members": {},
+    }
+    for k in range(draw(st.integers(3, 10))):
+        scenario["members"][f"w{k:02d}"] = _churn_member(draw, topics, hosts, racks)
+    events = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["join", "leave", "restart"]), st.integers(0, 10**6)),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    return scenario, [(kind, (seed, _churn_member(draw, topics, hosts, racks))) for kind, seed in events]
+
+
+def _churn_member(draw: st.DrawFn, topics: dict[str, int], hosts: int, racks: int) -> dict[str, Any]:
+    member: dict[str, Any] = {
+        "topics": list(topics),
+        "host": f"h{draw(st.integers(0, hosts - 1))}",
+        "capacity": draw(st.sampled_from([1, 1, 1, 2])),
+    }
+    if racks:
+        member["rack"] = f"r{draw(st.integers(0, racks - 1))}"
+    return member
+
+
+def apply_churn(scenario: dict[str, Any], event: tuple[str, Any]) -> dict[str, Any]:
+    """The scenario after one churn event (`scenario` already carries the last plan)."""
+    kind, (seed, newcomer) = event
+    members = dict(scenario["members"])
+    names = sorted(members)
+    chosen = names[seed % len(names)]
+    if kind == "join":
+        members[f"n{seed:07d}"] = newcomer
+    elif kind == "leave" and len(members) > 2:
+        del members[chosen]
+    elif kind == "restart":
+        old = members[chosen]
+        logs = set(scenario["changelog_topics"])
+        held = [
+            (t, p)
+            for field in ("previous_active", "previous_standby")
+            for t, ps in old.get(field, {}).items()
+            if t in logs
+            for p in ps
+        ]
+        offsets: dict[str, dict[str, int]] = {}
+        for i, (t, p) in enumerate(sorted(held)):
+            offsets.setdefault(t, {})[str(p)] = (seed * (i + 1)) % 10_000
+        kept = {k: v for k, v in old.items() if k not in ("previous_active", "previous_standby", "epoch")}
+        members[chosen] = {**kept, "local_offsets": offsets}
+    return {**scenario, "members": members}
+
+
+# Odd values a client or a bug could send, beside random JSON: digit strings with
+# leading zeros or signs name the same partition as a plain one, and so on.
+odd_values = st.sampled_from(
+    [None, True, False, -1, 0, 2**70, 1.5, float("nan"), "", "05", "5", "-1", " 5", [], {}, [1, 1], {"5": 1}]
+).map(copy.deepcopy)  # sampled_from hands out the same objects, and _malform mutates what it draws
+any_value = st.one_of(odd_values, json_values)
+
+# Keys added to an object: partition keys that parse alike, unknown and known names.
+NEW_KEYS = ["05", "5", "-1", " 5", "x", "clicks", "joins-changelog", "audit"]
+
+# Every place in a scenario where input can be malformed, as a path of keys; "*"
+# stands for an existing key or index at that level (or a new one).
+MALFORMABLE_PATHS = [
+    ("topics",),
+    ("topics", "*"),
+    ("copartition_groups",),
+    ("copartition_groups", "*"),
+    ("copartition_groups", "*", "*"),
+    ("changelog_topics",),
+    ("changelog_topics", "*"),
+    ("standby_replicas",),
+    ("members",),
+    ("members", "*"),
+    *[
+        ("members", "*", field, *rest)
+        for field, depths in [
+            ("topics", [(), ("*",)]),
+            ("host", [()]),
+            ("rack", [()]),
+            ("capacity", [()]),
+            ("epoch", [()]),
+            ("previous_active", [(), ("*",), ("*", "*")]),
+            ("previous_standby", [(), ("*",), ("*", "*")]),
+            ("local_offsets", [(), ("*",), ("*", "*")]),
+        ]
+        for rest in depths
+    ],
+]
+
+
+@st.composite
+def malformed_scenarios(draw: st.DrawFn) -> Any:
+    """A valid scenario with one to four fields, at any depth, made malformed or removed."""
+    scenario = draw(scenarios())
+    for _ in range(draw(st.integers(1, 4))):
+        _malform(draw, scenario, draw(st.sampled_from(MALFORMABLE_PATHS)))
+    return scenario
+
+
+def _malform(draw: st.DrawFn, node: Any, path: tuple[str, ...]) -> None:
+    """Replace, remove or add the value at `path` (or stop where the path no longer exists)."""
+    for step in path[:-1]:
+        key = _pick_key(draw, node, step)
+        if key is None:
+            return
+        node = node[key]
+    key = _pick_key(draw, node, path[-1], new=True)
+    if key is None:
+        return
+    action = draw(st.sampled_from(["replace", "replace", "remove", "add"]))
+    if isinstance(node, dict):
+        if action == "remove":
+            node.pop(key, None)
+        elif action == "add":
+            node[draw(st.sampled_from(NEW_KEYS))] = draw(any_value)
+        else:
+            node[key] = draw(any_value)
+    elif action == "remove" and key < len(node):
+        del node[key]
+    elif action == "add" or key >= len(node):
+        node.append(draw(any_value))
+    else:
+        node[key] = draw(any_value)
+
+
+def _pick_key(draw: st.DrawFn, node: Any, step: str, new: bool = False) -> Any:
+    if isinstance(node, dict):
+        if step != "*" and step not in node and not new:
+            return None
+        keys = sorted(node, key=str) if step == "*" else [step]
+        options = keys + (["extra"] if new and step == "*" else [])
+        return draw(st.sampled_from(options)) if options else None
+    if isinstance(node, list):
+        return draw(st.integers(0, len(node) if new else max(len(node) - 1, 0))) if node or new else None
+    return None

@@ -27,7 +27,7 @@ from pipeline.semantics import result as ad_result
 from tables.operator import JoinType, JoinWindow, Match
 from tables.state import JoinState
 from tables.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore
-from tables.testing import caught_up
+from tables.testing import caught_up, read_records
 
 Record = tuple[str, dict[str, Any]]  # (side, value)
 
@@ -56,30 +56,8 @@ async def produce(bootstrap: str, topic: str, values: list[dict[str, Any]], part
 
 
 async def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[Any]:
-    """Every record of the topic, read up to the high watermark of each partition."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=100,
-    )
-    await consumer.start()
-    out: list[Any] = []
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        async with asyncio.timeout(timeout):
-            while True:
-                fetched = await consumer.getmany(timeout_ms=200)
-                out.extend(json.loads(r.value) for rs in fetched.values() for r in rs)
-                marks = [consumer.highwater(tp) for tp in tps]
-                positions = [await consumer.position(tp) for tp in tps]
-                if None not in marks and all(p >= m for p, m in zip(positions, marks, strict=True)):
-                    return out
-    finally:
-        await consumer.stop()
+    """Every record's JSON value, read up to the high watermark of each partition."""
+    return [json.loads(r.value) for r in await read_records(bootstrap, topic, partitions, timeout)]
 
 
 def dump(path: Path) -> dict[bytes, bytes]:

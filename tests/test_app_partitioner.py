@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer
 from app.cluster import WorkerProcess, covered
 from app.settings import create_topics, from_env
 from tables.partitioners import partition_for
-from tables.testing import EmbeddedBroker, wait_for
+from tables.testing import EmbeddedBroker, read_records, wait_for
 from tests.librdkafka_producer import produce_with_librdkafka
 from tests.workers import _read
 
@@ -91,8 +91,8 @@ def test_a_librdkafka_producer_on_its_default_partitioner_is_caught(
             assert "murmur2_random" in letter["reason"]  # what to change in the producer
         # Results go to the partition Kafka's partitioner gives their key (they are keyed by
         # auction id, so the partition of the impression and click they join).
-        placed_out = asyncio.run(_placements(broker.bootstrap, settings.joins))
-        assert placed_out and all(partition_for(k, PARTITIONS, "murmur2") == p for p, k in placed_out)
+        outputs = asyncio.run(read_records(broker.bootstrap, settings.joins, PARTITIONS))
+        assert outputs and all(partition_for(r.key, PARTITIONS, "murmur2") == r.partition for r in outputs)
         view = worker.join()
         assert view is not None and view["dead_letters_by_category"] == {"wrong_partition": N - len(placed)}
         log = worker.log_path.read_text()
@@ -100,30 +100,6 @@ def test_a_librdkafka_producer_on_its_default_partitioner_is_caught(
         assert log.count("belong to another partition") == 1  # at most once a minute per input
     finally:
         worker.stop(15)
-
-
-async def _placements(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
-    """(partition, key) of every record of `topic`."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    from tables.testing import caught_up
-
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        found: list[tuple[int, bytes]] = []
-        for _ in range(100):
-            batch = await consumer.getmany(timeout_ms=200)
-            found += [(tp.partition, r.key) for tp, records in batch.items() for r in records]
-            if await caught_up(consumer, tps):
-                return found
-        raise TimeoutError(topic)
-    finally:
-        await consumer.stop()
 
 
 def _agree(key: bytes) -> bool:

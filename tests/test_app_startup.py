@@ -1,5 +1,6 @@
 """What a worker checks before it joins its group: a join that cannot be right refuses to start,
-saying why, instead of silently losing results."""
+saying why, instead of silently losing results (a second worker on one data dir:
+tests/test_app_state_faults.py)."""
 
 from __future__ import annotations
 
@@ -35,24 +36,3 @@ def test_inputs_with_different_partition_counts_stop_the_worker(
     log = worker.log_path.read_text()
     assert worker.process is not None and worker.process.returncode != 0
     assert f"st{unique}-clicks=2" in log and f"st{unique}-impressions=4" in log and "co-partitioned" in log
-
-
-def test_a_second_worker_on_the_same_data_dir_refuses_to_start(
-    broker: EmbeddedBroker, unique: str, tmp_path: Path
-) -> None:
-    asyncio.run(create_topics(broker.bootstrap, [f"st{unique}-impressions", f"st{unique}-clicks"], 4))
-    first = _worker(broker, unique, tmp_path).start()
-    try:
-        assert wait_for(lambda: (first.join() or {}).get("actives"), 60)
-        second = _worker(
-            broker, unique, tmp_path, name="w2", extra_env={"TANDEM_DATA_DIR": str(first.data_dir)}
-        )
-        second.start()
-        assert wait_for(lambda: not second.alive, 60), "the second worker started on the same data dir"
-        log = second.log_path.read_text()
-        assert f"data dir {first.data_dir}/tandem-joins is in use by process {first.process.pid}" in log, log[
-            -2000:
-        ]
-        assert first.alive and (first.join() or {}).get("actives") == [0, 1, 2, 3]
-    finally:
-        first.stop(15)

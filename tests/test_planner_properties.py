@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from assignor import plan
 from tests import planner_checks as check
-from tests.planner_strategies import garbled_scenarios, scenarios
+from tests.planner_strategies import garbled_scenarios, malformed_scenarios, scenarios
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -132,3 +132,17 @@ def test_standby_counts_balanced_across_distinct_hosts(
     check.check_standbys(scn, assignment, owners)
     counts = [sum(map(len, d["standby"].values())) for d in assignment["members"].values()]
     assert max(counts) - min(counts) <= 1, counts
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(malformed_scenarios(), st.randoms(use_true_random=False))
+def test_deterministic_on_malformed_input_of_every_field(raw: Any, rnd: random.Random) -> None:
+    """The same output, warnings and their order included, whatever the JSON order."""
+    assert plan(_shuffled(raw, rnd)) == plan(raw)
+
+
+@FAST
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_deterministic_without_the_topics_field(scn: dict[str, Any], rnd: random.Random) -> None:
+    del scn["topics"]
+    assert plan(_shuffled(scn, rnd)) == plan(scn)

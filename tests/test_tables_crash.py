@@ -50,6 +50,7 @@ def expected_run(impressions: list[Any], clicks: list[Any]) -> tuple[dict[str, A
                 if partition_of(value["auction_id"], PARTITIONS) == partition:
                     found = [as_output(m) for m in join.process(*as_event(side, value))]
                     results.update((r["join_id"], r) for r in found)
+        join.take_changes()  # as a commit does: the stream time goes into the state
         states[partition] = dict(state.scan(b"", b"\xff"))
     return results, states
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from assignor.core.flow import FlowNetwork
+from assignor.core.holders import StateHolders
 from assignor.core.quotas import Bounds
 
 
@@ -34,7 +35,7 @@ class ActiveProblem:
     eligible: np.ndarray  # (G, M) bool
     bounds: Bounds
     owner: np.ndarray  # (T,) fenced previous owner, -1 if none or not eligible
-    warm: dict[int, dict[int, int]]  # task -> {member: freshness}, owner excluded
+    warm: StateHolders  # task -> {member: freshness}, owner excluded
 
 
 @dataclass(slots=True)
@@ -56,7 +57,7 @@ def place_actives(problem: ActiveProblem) -> np.ndarray:
     residual = _fix_safe_keeps(problem, group_of, placed)
     open_tasks = placed < 0
     has_state = np.zeros(len(placed), bool)
-    has_state[list(problem.warm)] = True
+    has_state[problem.warm.task_ids()] = True
     in_flow = open_tasks & ((problem.owner >= 0) | has_state)
     pooled = np.nonzero(open_tasks & ~in_flow)[0]
     if not in_flow.any() and _greedy_fill(problem, residual, pooled, group_of, placed):
@@ -179,7 +180,7 @@ def _task_arcs(
     group_of: np.ndarray,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Keep and warm arcs of the open tasks, as (rows in flow_tasks, arc ids, target member)."""
-    levels = 1 + max((len(c) for c in problem.warm.values()), default=0)
+    levels = 1 + problem.warm.most()
     warm_unit = len(flow_tasks) * levels + 1
     keep_unit = len(flow_tasks) * (warm_unit + levels) + 1
     owner = problem.owner[flow_tasks]
@@ -189,7 +190,7 @@ def _task_arcs(
     kinds = [(rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows])]
     warm_rows, heads, costs, targets = [], [], [], []
     for i, task in enumerate(flow_tasks.tolist()):
-        ranked = sorted(problem.warm.get(task, {}).items(), key=lambda c: (-c[1], c[0]))
+        ranked = sorted(problem.warm.get(task).items(), key=lambda c: (-c[1], c[0]))
         for rank, (member, _) in enumerate(ranked):
             target_slot = int(slot_of[groups[i], member])
             if target_slot >= 0:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from assignor.core.actives import ActiveProblem, place_actives
+from assignor.core.holders import StateHolders
 from assignor.core.quotas import compute_bounds
 from assignor.core.scenario import Group, Scenario, parse_scenario
 from assignor.core.standbys import StandbyProblem, place_standbys
@@ -55,16 +56,17 @@ def plan(raw: Any) -> dict[str, Any]:
 
 
 def plan_with_stats(raw: Any) -> PlanResult:
-    with _collector_paused():
+    with collector_paused():
         return _plan_or_fall_back(raw)
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Planning a million topic-partitions allocates millions of small acyclic
     containers; the cyclic collector would walk the whole heap (the caller's
     scenario included) several times for nothing, ~0.3-1 s at that size.
-    Reference counting still frees everything as it goes."""
+    Reference counting still frees everything as it goes. Nests: the state
+    found on entry is restored on exit."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -127,8 +129,9 @@ def _index(scn: Scenario) -> _Index:
 def _warn_partial(scn: Scenario, group: Group, who: list[int], common: set[str]) -> None:
     missing = sorted(set(group.topics) - common)
     for i in who:
-        scn.warnings.add(
-            "partial",
+        scn.warnings.member(
+            scn.members[i].id,
+            "topics",
             f"member {scn.members[i].id!r} subscribes to part of co-partition group "
             f"{list(group.topics)} (missing {missing}); it gets none of its tasks",
         )
@@ -180,8 +183,9 @@ def _claims(scn: Scenario, index: _Index) -> tuple[np.ndarray, np.ndarray]:
             if None not in groups and len(set(groups)) == len(groups):
                 # One topic per group (lone topics): the parser's arrays are the claims.
                 base = np.fromiter(map(offsets.__getitem__, groups), np.int64, len(groups))
-                flat_tasks.append(flat.values + np.repeat(base, flat.lengths))
-                flat_claimants.append(np.full(len(flat.values), i, np.int64))
+                lengths, values = flat.arrays()
+                flat_tasks.append(values + np.repeat(base, lengths))
+                flat_claimants.append(np.full(len(values), i, np.int64))
                 continue
         groups = list(map(group_of_topic.get, claimed))
         per_group: dict[int, set[int]] = {}
@@ -226,81 +230,140 @@ def _warn_contested(
         scn.warnings.add("fenced", f"{len(contested)} tasks in all were claimed by several members")
 
 
-def _state_holders(scn: Scenario, index: _Index, owner: np.ndarray) -> dict[int, dict[int, int]]:
-    """Task -> {member: freshness} of eligible members (not the owner) holding its state."""
-    holders: dict[int, dict[int, int]] = {}
+def _state_holders(scn: Scenario, index: _Index, owner: np.ndarray) -> StateHolders:
+    """Eligible members (not the owner) holding each stateful task's state, and how fresh."""
+    chunks: list[Collection[int]] = []
+    offsets: list[Iterable[int]] = []
+    reported: list[bool] = []
+    bases: list[int] = []
+    claimant: list[int] = []
     for g, group in enumerate(index.groups):
         if not group.stateful:
             continue
+        base = int(index.offsets[g])
         for i in np.nonzero(index.eligible[g])[0].tolist():
             member = scn.members[i]
-            freshness: dict[int, int] = {}
+            if not member.previous_standby and not member.local_offsets:
+                continue
             for topic in group.changelogs:
-                for p in member.previous_standby.get(topic, ()):
-                    freshness.setdefault(p, -1)
-                for p, offset in member.local_offsets.get(topic, {}).items():
-                    freshness[p] = max(freshness.get(p, -1), 0) + max(offset, 0)
-            for p, fresh in freshness.items():
-                task = index.task(g, p)
-                if owner[task] != i:
-                    holders.setdefault(task, {})[i] = fresh
-    return holders
+                standby = member.previous_standby.get(topic)
+                local = member.local_offsets.get(topic)
+                for partitions, values, has_offset in (
+                    (standby, itertools.repeat(0, len(standby or ())), False),
+                    (local, local.values() if local else (), True),
+                ):
+                    if partitions:
+                        chunks.append(partitions)
+                        offsets.append(values)
+                        reported.append(has_offset)
+                        bases.append(base)
+                        claimant.append(i)
+    if not chunks:
+        return StateHolders.none()
+    lengths = np.fromiter(map(len, chunks), np.int64, len(chunks))
+    total = int(lengths.sum())
+    partitions = np.fromiter(itertools.chain.from_iterable(chunks), np.int64, total)
+    return StateHolders.of(
+        tasks=partitions + np.repeat(np.array(bases, np.int64), lengths),
+        members=np.repeat(np.array(claimant, np.int64), lengths),
+        offsets=np.fromiter(itertools.chain.from_iterable(offsets), np.int64, total),
+        has_offset=np.repeat(np.array(reported, bool), lengths),
+        owner=owner,
+        member_count=len(scn.members),
+    )
 
 
-def _standbys(
-    scn: Scenario, index: _Index, placed: np.ndarray, warm: dict[int, dict[int, int]]
-) -> dict[int, list[int]]:
-    """Standby members per task (member indices)."""
+@dataclass(slots=True)
+class _Standbys:
+    """Standby members of stateful tasks: `members[i]` of task `tasks[i]`."""
+
+    tasks: np.ndarray
+    members: list[list[int]]
+
+    def flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """(task, member) of every standby, in task order."""
+        lengths = np.fromiter(map(len, self.members), np.int64, len(self.members))
+        members = np.fromiter(itertools.chain.from_iterable(self.members), np.int64, int(lengths.sum()))
+        return np.repeat(self.tasks, lengths), members
+
+
+def _standbys(scn: Scenario, index: _Index, placed: np.ndarray, warm: StateHolders) -> _Standbys:
+    """Standby members of every stateful task that has an owner."""
+    none = _Standbys(np.zeros(0, np.int64), [])
     if scn.standby_replicas == 0:
-        return {}
-    tasks = [
-        (g, p)
+        return none
+    # A task beyond a mismatched group's changelog count has no state to replicate.
+    chunks = [
+        index.offsets[g] + np.arange(_state_partitions(group))
         for g, group in enumerate(index.groups)
         if group.stateful
-        for p in range(group.size)
-        if placed[index.task(g, p)] >= 0
     ]
-    previous: dict[tuple[int, int], set[str]] = {}
-    for g, group in enumerate(index.groups):
-        for m in scn.members:
-            for topic in group.changelogs:
-                for p in m.previous_standby.get(topic, ()):
-                    previous.setdefault((g, p), set()).add(m.id)
-    ids = index.members
+    if not chunks:
+        return none
+    tasks = np.concatenate(chunks).astype(np.int64)
+    tasks = tasks[placed[tasks] >= 0]
+    hosts: dict[str, int] = {}
+    rack_names = sorted({m.rack for m in scn.members if m.rack is not None})
+    rack_ids = {r: i for i, r in enumerate(rack_names)}  # in name order: the repair walks racks so
     problem = StandbyProblem(
         replicas=scn.standby_replicas,
-        tasks=tasks,
-        active={t: ids[placed[index.task(*t)]] for t in tasks},
-        eligible={g: [ids[i] for i in np.nonzero(row)[0]] for g, row in enumerate(index.eligible)},
-        host={m.id: m.host for m in scn.members},
-        rack={m.id: m.rack for m in scn.members},
-        capacity={m.id: m.capacity for m in scn.members},
-        previous=previous,
-        holds_state={
-            (g, p): {ids[i] for i in warm.get(index.task(g, p), {})} for g, p in tasks
-        },
+        groups=index.group_of[tasks],
+        active=placed[tasks],
+        eligible=index.eligible,
+        host=np.array([hosts.setdefault(m.host, len(hosts)) for m in scn.members], np.int64),
+        rack=np.array([rack_ids.get(m.rack, -1) for m in scn.members], np.int64),  # type: ignore[arg-type]
+        capacity=[m.capacity for m in scn.members],
+        previous=_previous_standbys(scn, index, tasks),
+        holders=lambda position: warm.get(int(tasks[position])),
     )
-    position = {m: i for i, m in enumerate(ids)}
-    return {
-        index.task(*t): [position[m] for m in chosen] for t, chosen in place_standbys(problem).items()
-    }
+    return _Standbys(tasks, place_standbys(problem))
+
+
+def _previous_standbys(scn: Scenario, index: _Index, tasks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in `tasks`, member) of every previous standby of those tasks."""
+    chunks: list[Any] = []
+    bases: list[int] = []
+    claimant: list[int] = []
+    stateful = [
+        (int(index.offsets[g]), group.changelogs) for g, group in enumerate(index.groups) if group.stateful
+    ]
+    for i, m in enumerate(scn.members):
+        if not m.previous_standby:
+            continue
+        for base, changelogs in stateful:
+            for topic in changelogs:
+                partitions = m.previous_standby.get(topic)
+                if partitions:
+                    chunks.append(partitions)
+                    bases.append(base)
+                    claimant.append(i)
+    lengths = np.fromiter(map(len, chunks), np.int64, len(chunks))
+    flat = np.fromiter(itertools.chain.from_iterable(chunks), np.int64, int(lengths.sum()))
+    task = flat + np.repeat(np.array(bases, np.int64), lengths)
+    member = np.repeat(np.array(claimant, np.int64), lengths)
+    position = np.searchsorted(tasks, task).clip(max=max(len(tasks) - 1, 0))
+    found = (tasks[position] == task) if len(tasks) else np.zeros(len(task), bool)
+    return position[found], member[found]
+
+
+def _state_partitions(group: Group) -> int:
+    """Tasks 0..n-1 of a stateful group have a changelog partition to replicate."""
+    return max(n for t, n in zip(group.topics, group.counts, strict=True) if t in group.changelogs)
 
 
 def _stats(
     index: _Index,
     placed: np.ndarray,
     previous: np.ndarray,
-    warm: dict[int, dict[int, int]],
-    standbys: dict[int, list[int]],
+    warm: StateHolders,
+    standbys: _Standbys,
 ) -> PlanStats:
     assigned = placed >= 0
     kept = assigned & (placed == previous)
     moved = np.nonzero(assigned & ~kept)[0]
-    moved_warm = sum(1 for t in moved.tolist() if int(placed[t]) in warm.get(t, {}))
+    moved_warm = int(warm.holds(moved, placed[moved], len(index.members)).sum())
     actives = np.bincount(placed[assigned], minlength=len(index.members))
-    standby_counts = np.bincount(
-        [m for ms in standbys.values() for m in ms], minlength=len(index.members)
-    )
+    standby_counts = np.bincount(standbys.flat()[1], minlength=len(index.members))
     return PlanStats(
         kept=int(kept.sum()),
         moved_warm=moved_warm,
@@ -311,24 +374,10 @@ def _stats(
     )
 
 
-def _render(
-    scn: Scenario, index: _Index, placed: np.ndarray, standbys: dict[int, list[int]]
-) -> dict[str, Any]:
+def _render(scn: Scenario, index: _Index, placed: np.ndarray, standbys: _Standbys) -> dict[str, Any]:
     active = _active_lists(index, placed)
-    standby: list[dict[str, list[int]]] = [{} for _ in index.members]
-    for task, holders in standbys.items():
-        g = int(np.searchsorted(index.offsets, task, side="right")) - 1
-        p = task - int(index.offsets[g])
-        for i in holders:
-            for topic in index.groups[g].changelogs_of(p):
-                standby[i].setdefault(topic, []).append(p)
-    members = {
-        m: {
-            "active": active[i],
-            "standby": {t: sorted(ps) for t, ps in sorted(standby[i].items())},
-        }
-        for i, m in enumerate(index.members)
-    }
+    standby = _standby_lists(index, standbys)
+    members = {m: {"active": active[i], "standby": standby[i]} for i, m in enumerate(index.members)}
     unassigned = _unassigned(scn, index)
     return {
         "epoch": scn.max_epoch + 1,
@@ -336,6 +385,31 @@ def _render(
         "unassigned": unassigned,
         "warnings": scn.warnings.render(),
     }
+
+
+def _standby_lists(index: _Index, standbys: _Standbys) -> list[dict[str, list[int]]]:
+    """Per member, changelog topic -> sorted partitions it replicates."""
+    result: list[dict[str, list[int]]] = [{} for _ in index.members]
+    task, member = standbys.flat()
+    order = np.lexsort((task, member))
+    task, member = task[order], member[order]
+    group = index.group_of[task]
+    partition = task - index.offsets[group]
+    for g, spec in enumerate(index.groups):
+        counts = dict(zip(spec.topics, spec.counts, strict=True))
+        in_group = group == g
+        for topic in sorted(spec.changelogs):
+            chosen = np.nonzero(in_group & (partition < counts[topic]))[0]
+            if len(chosen) == 0:
+                continue
+            who, parts = member[chosen], partition[chosen].tolist()
+            cuts = (np.nonzero(np.diff(who))[0] + 1).tolist()
+            starts = [0, *cuts]
+            for m, a, b in zip(who[starts].tolist(), starts, [*cuts, len(parts)], strict=True):
+                result[m][topic] = parts[a:b]
+    if sum(len(g.changelogs) for g in index.groups) > 1:  # topics of one member in name order
+        result = [dict(sorted(entry.items())) if len(entry) > 1 else entry for entry in result]
+    return result
 
 
 def _active_lists(index: _Index, placed: np.ndarray) -> list[dict[str, list[int]]]:

@@ -6,9 +6,10 @@ sensible reading, so the planner on a group leader never crashes.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import itertools
 import math
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from assignor.core.warnings import Warnings
+from assignor.core.warnings import Warnings, canonical, key_order, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +65,34 @@ class Member:
     previous_active_flat: FlatPartitions | None = None
 
 
+# From this many topics a member's lists become arrays while parsing (the values are
+# still in cache, and numpy's per-call cost is spread); fewer, only if the claims ask.
+EAGER_ARRAYS = 16
+
+
 @dataclass(frozen=True, slots=True)
 class FlatPartitions:
-    """topic -> partitions as arrays: names[i] lists values[starts[i]:starts[i] + lengths[i]]."""
+    """A member's clean topic -> partitions: `names[i]` lists `lists[i]`; `flat` chains them."""
 
     names: list[str]
-    lengths: np.ndarray
-    values: np.ndarray
+    lists: list[list[int]]
+    flat: list[int]
+    lengths: np.ndarray | None = None
+    values: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, names: list[str], lists: list[list[int]], flat: list[int]) -> FlatPartitions:
+        if len(names) < EAGER_ARRAYS:
+            return cls(names, lists, flat)
+        lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+        return cls(names, lists, flat, lengths, np.array(flat, np.int64))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lengths, values) as arrays."""
+        if self.lengths is not None and self.values is not None:
+            return self.lengths, self.values
+        lengths = np.fromiter(map(len, self.lists), np.int64, len(self.lists))
+        return lengths, np.array(self.flat, np.int64)
 
 
 @dataclass(slots=True)
@@ -86,6 +108,17 @@ class Scenario:
         return max((m.epoch for m in self.members), default=0)
 
 
+SCENARIO_FIELDS = frozenset(
+    {"topics", "copartition_groups", "changelog_topics", "standby_replicas", "members"}
+)
+# The contract's optional warm-up fields (KIP-441 style), which this planner does not implement.
+WARMUP_FIELDS = frozenset({"acceptable_recovery_lag", "max_warmup_replicas", "changelog_end_offsets"})
+MEMBER_FIELDS = frozenset(
+    {"topics", "host", "rack", "capacity", "epoch", "previous_active", "previous_standby", "local_offsets"}
+)
+
+MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit
+
 # Far above any real topic (Kafka advises well under this per cluster); a larger
 # count is corrupt metadata, and planning it would allocate gigabytes.
 MAX_PARTITIONS = 1_000_000
@@ -93,6 +126,16 @@ MAX_PARTITIONS = 1_000_000
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # the exact type first: no ABC check
+
+
+def _sorted_keys(raw: Mapping[Any, Any]) -> list[Any]:
+    """Keys in one order whatever the JSON's (JSON keys are all strings: a plain sort)."""
+    keys = list(raw)
+    return sorted(keys) if set(map(type, keys)) <= {str} else sorted(keys, key=key_order)
 
 
 def parse_scenario(raw: Any) -> Scenario:
@@ -106,10 +149,24 @@ def parse_scenario(raw: Any) -> Scenario:
     groups = _parse_groups(raw.get("copartition_groups"), topics, changelogs, warnings)
     standby = raw.get("standby_replicas", 0)
     if not _is_int(standby) or standby < 0:
-        warnings.add("standby", f"standby_replicas {standby!r} is not a non-negative integer; using 0")
+        warnings.add("standby", f"standby_replicas {shown(standby)} is not a non-negative integer; using 0")
         standby = 0
-    members = _parse_members(raw.get("members"), topics, warnings)
+    _warn_unknown_fields(raw, warnings)
+    members = _parse_members(raw.get("members"), topics, changelogs, warnings)
     return Scenario(topics, groups, standby, members, warnings)
+
+
+def _warn_unknown_fields(raw: Mapping[Any, Any], warnings: Warnings) -> None:
+    warmup = sorted(WARMUP_FIELDS.intersection(raw))
+    if warmup:
+        warnings.add(
+            "input",
+            f"warm-up fields {warmup} are not supported by this planner; ignored "
+            "(no warm-up replicas, no pending_moves)",
+        )
+    unknown = sorted((k for k in raw if k not in SCENARIO_FIELDS | WARMUP_FIELDS), key=key_order)
+    if unknown:
+        warnings.add("input", f"unknown fields {[shown(k) for k in unknown]} ignored")
 
 
 def _parse_topics(raw: Any, warnings: Warnings) -> dict[str, int]:
@@ -117,12 +174,12 @@ def _parse_topics(raw: Any, warnings: Warnings) -> dict[str, int]:
         warnings.add("topics", "'topics' is missing or not an object; no topics to assign")
         return {}
     topics: dict[str, int] = {}
-    for name in sorted(raw, key=str):
+    for name in sorted(raw, key=key_order):
         count = raw[name]
         if not isinstance(name, str) or not name:
-            warnings.add("topics", f"topic name {name!r} is not a non-empty string; ignored")
+            warnings.add("topics", f"topic name {shown(name)} is not a non-empty string; ignored")
         elif not _is_int(count) or not 0 <= count <= MAX_PARTITIONS:
-            warnings.add("topics", f"topic {name!r} has partition count {count!r}; ignored")
+            warnings.add("topics", f"topic {name!r} has partition count {shown(count)}; ignored")
         else:
             topics[name] = count
     return topics
@@ -154,10 +211,10 @@ def _parse_groups(
     if raw is not None and not isinstance(raw, list | tuple):
         warnings.add("groups", "'copartition_groups' is not a list; every topic stands alone")
         raw = []
-    for entry in raw or []:
+    for entry in sorted(raw or [], key=canonical):  # the list's order means nothing
         names = _string_list(entry)
         if names is None:
-            warnings.add("groups", f"co-partition group {entry!r} is not a list of topic names")
+            warnings.add("groups", f"co-partition group {shown(entry)} is not a list of topic names")
             continue
         unknown = sorted(set(names) - set(topics))
         if unknown:
@@ -225,56 +282,107 @@ class _Catalog:
         return cls(counts, frozenset(counts), largest, len(set(counts.values())) <= 1)
 
 
-def _parse_members(raw: Any, topics: dict[str, int], warnings: Warnings) -> list[Member]:
-    if not isinstance(raw, Mapping):
+def _parse_members(
+    raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
+) -> list[Member]:
+    if not _is_mapping(raw):
         warnings.add("members", "'members' is missing or not an object; no members")
         return []
     catalog = _Catalog.of(topics)
     members: list[Member] = []
+    # One frozenset per distinct subscription: 2,000 members of 500 topics would
+    # otherwise hold 2,000 equal sets (64 MB).
     subscriptions: dict[frozenset[str], frozenset[str]] = {}
-    for member_id in sorted(raw, key=str):
+    for member_id in _sorted_keys(raw):
         if not isinstance(member_id, str):
-            warnings.add("members", f"member id {member_id!r} is not a string; ignored")
+            warnings.add("members", f"member id {shown(member_id)} is not a string; ignored")
             continue
-        member = _parse_member(member_id, raw[member_id], catalog, warnings)
-        # One frozenset per distinct subscription: 2,000 members of 500 topics would
-        # otherwise hold 2,000 equal sets (64 MB).
-        shared = subscriptions.setdefault(member.topics, member.topics)
-        members.append(member if shared is member.topics else dataclasses.replace(member, topics=shared))
+        member = _parse_member(member_id, raw[member_id], catalog, changelogs, subscriptions, warnings)
+        members.append(member)
     return members
 
 
-def _parse_member(member_id: str, raw: Any, catalog: _Catalog, warnings: Warnings) -> Member:
-    if not isinstance(raw, Mapping):
-        warnings.add(
-            "member-data", f"member {member_id!r}: data unreadable; no subscription, no history"
+def _parse_member(
+    member_id: str,
+    raw: Any,
+    catalog: _Catalog,
+    changelogs: set[str],
+    subscriptions: dict[frozenset[str], frozenset[str]],
+    warnings: Warnings,
+) -> Member:
+    if not _is_mapping(raw):
+        warnings.member(
+            member_id, "data",
+            f"member {member_id!r}: data unreadable; no subscription, no history",
         )
         raw = {}
+    unknown_fields = [] if MEMBER_FIELDS.issuperset(raw) else _sorted_keys(
+        {k: None for k in raw if k not in MEMBER_FIELDS}
+    )
+    if unknown_fields:
+        fields = [shown(k) for k in unknown_fields]
+        warnings.member(member_id, "fields", f"member {member_id!r}: unknown fields {fields} ignored")
     subscription = _string_list(raw.get("topics"))
     if subscription is None:
-        warnings.add("member-data", f"member {member_id!r}: 'topics' missing or not a list of names")
+        warnings.member(member_id, "topics", f"member {member_id!r}: 'topics' missing or not a list of names")
         subscription = []
     unknown = sorted(set(subscription) - catalog.names)
     if unknown:
-        warnings.add("unknown-topic", f"member {member_id!r} subscribes to unknown topics {unknown}")
+        warnings.member(member_id, "topics", f"member {member_id!r} subscribes to unknown topics {unknown}")
     previous_active, active_flat = _parse_partitions(
         member_id, "previous_active", raw.get("previous_active"), catalog, warnings
     )
     previous_standby, _ = _parse_partitions(
-        member_id, "previous_standby", raw.get("previous_standby"), catalog, warnings
+        member_id, "previous_standby", raw.get("previous_standby"), catalog, warnings, flat=False
     )
+    previous_standby = _changelogs_only(
+        member_id, "previous_standby", raw.get("previous_standby"), previous_standby,
+        changelogs, catalog, warnings,
+    )
+    topics = catalog.names.intersection(subscription)
     return Member(
         id=member_id,
-        topics=catalog.names.intersection(subscription),
+        topics=subscriptions.setdefault(topics, topics),
         host=_parse_label(member_id, "host", raw.get("host"), member_id, warnings),
         rack=_parse_label(member_id, "rack", raw.get("rack"), None, warnings),
         capacity=_parse_capacity(member_id, raw.get("capacity", 1), warnings),
         epoch=_parse_epoch(member_id, raw.get("epoch", 0), warnings),
         previous_active=previous_active,
         previous_standby=previous_standby,
-        local_offsets=_parse_offsets(member_id, raw.get("local_offsets"), catalog.counts, warnings),
+        local_offsets=_changelogs_only(
+            member_id,
+            "local_offsets",
+            raw.get("local_offsets"),
+            _parse_offsets(member_id, raw.get("local_offsets"), catalog.counts, warnings),
+            changelogs,
+            catalog,
+            warnings,
+        ),
         previous_active_flat=active_flat,
     )
+
+
+def _changelogs_only(
+    member_id: str,
+    name: str,
+    raw: Any,
+    parsed: Mapping[str, Any],
+    changelogs: set[str],
+    catalog: _Catalog,
+    warnings: Warnings,
+) -> Mapping[str, Any]:
+    """Only changelog topics hold state: a standby or an offset of another known topic is
+    ignored, even an empty one (unknown topics have their own warning)."""
+    if not isinstance(raw, Mapping) or changelogs.issuperset(raw):
+        return parsed
+    others = sorted(t for t in catalog.names.intersection(raw) if t not in changelogs)
+    if not others:
+        return parsed
+    warnings.member(
+        member_id, name,
+        f"member {member_id!r}: {name} names {others}, not changelog topics; ignored",
+    )
+    return {t: v for t, v in parsed.items() if t in changelogs}
 
 
 def _parse_label(
@@ -284,37 +392,48 @@ def _parse_label(
         return default
     if isinstance(value, str) and value:
         return value
-    warnings.add("member-data", f"member {member_id!r}: {name} {value!r} is not a string; ignored")
+    warnings.member(member_id, name, f"member {member_id!r}: {name} {shown(value)} is not a string; ignored")
     return default
 
 
 def _parse_capacity(member_id: str, value: Any, warnings: Warnings) -> Fraction:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if ok and math.isfinite(value) and value > 0:
-        # Through repr so 0.1 means one tenth, not its binary approximation.
-        return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
-    warnings.add("capacity", f"member {member_id!r}: capacity {value!r} is not positive; using 1")
+        return _capacity(value)
+    warnings.member(
+        member_id, "capacity",
+        f"member {member_id!r}: capacity {shown(value)} is not positive; using 1",
+    )
     return Fraction(1)
+
+
+@functools.lru_cache(maxsize=256)
+def _capacity(value: float) -> Fraction:
+    """Through repr so 0.1 means one tenth, not its binary approximation (cached: most
+    members share a capacity, and parsing the text is the slow part)."""
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
 
 
 def _parse_epoch(member_id: str, value: Any, warnings: Warnings) -> int:
     if _is_int(value) and value >= 0:
         return value
-    warnings.add("epoch", f"member {member_id!r}: epoch {value!r} is not a non-negative integer; 0")
+    warnings.member(
+        member_id, "epoch", f"member {member_id!r}: epoch {shown(value)} is not a non-negative integer; 0"
+    )
     return 0
 
 
 def _parse_partitions(
-    member_id: str, name: str, raw: Any, catalog: _Catalog, warnings: Warnings
+    member_id: str, name: str, raw: Any, catalog: _Catalog, warnings: Warnings, flat: bool = True
 ) -> tuple[Mapping[str, Collection[int]], FlatPartitions | None]:
     if raw is None:
         return {}, None
-    if not isinstance(raw, Mapping):
-        warnings.add("member-data", f"member {member_id!r}: {name} is not an object; ignored")
+    if not _is_mapping(raw):
+        warnings.member(member_id, name, f"member {member_id!r}: {name} is not an object; ignored")
         return {}, None
     fast = _clean_member_partitions(raw, catalog)
     if fast is not None:
-        return fast
+        return fast if flat else (fast[0], None)
     return _checked_partitions(member_id, name, raw, catalog.counts, warnings), None
 
 
@@ -323,21 +442,26 @@ def _checked_partitions(
 ) -> dict[str, Collection[int]]:
     """One list at a time, with a warning for each odd one."""
     result: dict[str, Collection[int]] = {}
-    for topic, partitions in raw.items():
+    for topic in sorted(raw, key=key_order):  # warnings in one order, whatever the JSON's
+        partitions = raw[topic]
         count = topics.get(topic) if isinstance(topic, str) else None
         if count is None:
-            warnings.add("unknown-topic", f"member {member_id!r}: {name} names unknown topic {topic!r}")
+            warnings.member(
+                member_id, name,
+                f"member {member_id!r}: {name} names unknown topic {shown(topic)}",
+            )
         elif _clean_partitions(partitions, count):
             if partitions:
                 result[topic] = frozenset(partitions)
         elif not isinstance(partitions, list | tuple):
-            warnings.add("member-data", f"member {member_id!r}: {name}[{topic!r}] is not a list")
+            warnings.member(member_id, name, f"member {member_id!r}: {name}[{topic!r}] is not a list")
         else:
             valid = frozenset(p for p in partitions if _is_int(p) and 0 <= p < count)
-            bad = sorted((p for p in partitions if not (_is_int(p) and 0 <= p < count)), key=repr)
-            warnings.add(
-                "partition-range",
-                f"member {member_id!r}: {name}[{topic!r}] has invalid partitions {bad}; ignored",
+            bad = [p for p in partitions if not (_is_int(p) and 0 <= p < count)]
+            warnings.member(
+                member_id,
+                name,
+                f"member {member_id!r}: {name}[{topic!r}] has invalid partitions {shown(bad)}; ignored",
             )
             if valid:
                 result[topic] = valid
@@ -345,6 +469,7 @@ def _checked_partitions(
 
 
 _INT_ONLY = {int}
+_PLAIN_DECIMAL = re.compile(r"0|[1-9][0-9]{0,17}")  # ASCII digits only; fits an int64
 _LIST_ONLY = {list}
 
 
@@ -359,7 +484,7 @@ def _clean_member_partitions(
     names = list(raw)
     lists = list(raw.values())
     if not names:
-        return {}, FlatPartitions([], np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return {}, FlatPartitions([], [], [])
     if not catalog.names.issuperset(names) or not set(map(type, lists)) <= _LIST_ONLY:
         return None
     flat = list(itertools.chain.from_iterable(lists))
@@ -367,20 +492,19 @@ def _clean_member_partitions(
         return None
     if flat and (min(flat) < 0 or max(flat) >= catalog.largest):
         return None  # also keeps numbers beyond int64 away from numpy
-    lengths = np.fromiter(map(len, lists), np.int64, len(lists))
-    values = np.array(flat, np.int64)
-    if not catalog.uniform:  # else the max() check above covered every topic
+    if not catalog.uniform and flat:  # else the max() check above covered every topic
+        lengths = np.fromiter(map(len, lists), np.int64, len(lists))
         limits = np.fromiter(map(catalog.counts.__getitem__, names), np.int64, len(names))
-        if (values >= np.repeat(limits, lengths)).any():
+        if (np.array(flat, np.int64) >= np.repeat(limits, lengths)).any():
             return None
     # Lists are kept as given (never mutated): converting a million of them costs more
     # than the rest of planning; duplicates inside one are harmless downstream.
     result: Mapping[str, Collection[int]]
-    if not lengths.all():
+    if not all(lists):
         result = {t: ps for t, ps in raw.items() if ps}
     else:  # the caller's own dict (read, never written): a copy per member adds up
         result = raw if type(raw) is dict else dict(raw)
-    return result, FlatPartitions(names, lengths, values)
+    return result, FlatPartitions.of(names, lists, flat)
 
 
 def _clean_partitions(partitions: Any, count: int) -> bool:
@@ -397,33 +521,83 @@ def _parse_offsets(
 ) -> dict[str, dict[int, int]]:
     if raw is None:
         return {}
-    if not isinstance(raw, Mapping):
-        warnings.add("member-data", f"member {member_id!r}: local_offsets is not an object; ignored")
+    if not _is_mapping(raw):
+        warnings.member(
+            member_id, "local_offsets",
+            f"member {member_id!r}: local_offsets is not an object; ignored",
+        )
         return {}
     result: dict[str, dict[int, int]] = {}
-    for topic in sorted(raw, key=str):
+    for topic in _sorted_keys(raw):
         entries = raw[topic]
-        if topic not in topics or not isinstance(entries, Mapping):
-            warnings.add("member-data", f"member {member_id!r}: local_offsets[{topic!r}] ignored")
+        if topic not in topics or not _is_mapping(entries):
+            warnings.member(
+                member_id, "local_offsets",
+                f"member {member_id!r}: local_offsets[{shown(topic)}] ignored",
+            )
             continue
-        offsets: dict[int, int] = {}
-        for key, offset in entries.items():
-            partition = _partition_key(key)
-            if partition is None or not 0 <= partition < topics[topic] or not _is_int(offset):
-                warnings.add(
-                    "partition-range",
-                    f"member {member_id!r}: local_offsets[{topic!r}][{key!r}] = {offset!r} ignored",
-                )
-                continue
-            offsets[partition] = offset
+        offsets = _parse_topic_offsets(member_id, topic, entries, topics[topic], warnings)
         if offsets:
             result[topic] = offsets
     return result
 
 
+def _parse_topic_offsets(
+    member_id: str, topic: str, entries: Mapping[Any, Any], count: int, warnings: Warnings
+) -> dict[int, int]:
+    """partition -> offset; keys in one order so a duplicate resolves alike whatever the JSON's."""
+    clean = _clean_offsets(entries, count)
+    if clean is not None:
+        return clean
+    offsets: dict[int, int] = {}
+    for key in sorted(entries, key=key_order):
+        offset = entries[key]
+        partition = _partition_key(key)
+        where = f"member {member_id!r}: local_offsets[{topic!r}][{shown(key)}]"
+        if partition is None or not 0 <= partition < count or not _is_int(offset):
+            warnings.member(member_id, "local_offsets", f"{where} = {shown(offset)} ignored")
+        elif offset > MAX_OFFSET:
+            warnings.member(member_id, "local_offsets", f"{where} = {offset} is not a Kafka offset; ignored")
+        elif partition in offsets:
+            warnings.member(
+                member_id, "local_offsets", f"{where}: partition {partition} given twice; this one ignored"
+            )
+        elif offset < 0:
+            warnings.member(member_id, "local_offsets", f"{where} = {offset} is negative; counted as 0")
+            offsets[partition] = 0
+        else:
+            offsets[partition] = offset
+    return offsets
+
+
+def _clean_offsets(entries: Mapping[Any, Any], count: int) -> dict[int, int] | None:
+    """The usual case at C speed: plain partition keys in range, non-negative int offsets.
+
+    None if anything is odd (then order matters for the warnings, and the slow path sorts).
+    """
+    values = list(entries.values())
+    if not values:
+        return {}
+    if not set(map(type, values)) <= _INT_ONLY or min(values) < 0 or max(values) > MAX_OFFSET:
+        return None
+    keys = list(entries)
+    kinds = set(map(type, keys))
+    if kinds <= _INT_ONLY:
+        partitions = keys
+    elif kinds <= {str} and all(map(_PLAIN_DECIMAL.fullmatch, keys)):
+        partitions = list(map(int, keys))
+    else:
+        return None
+    offsets = dict(zip(partitions, values, strict=True))
+    if len(offsets) < len(keys) or min(partitions) < 0 or max(partitions) >= count:
+        return None  # a partition given twice (5 and "5"), or out of range
+    return offsets
+
+
 def _partition_key(key: Any) -> int | None:
+    """A partition number: an int, or its plain decimal text ("5", not "05", "+5" or " 5")."""
     if _is_int(key):
         return key
-    if isinstance(key, str) and key.isascii() and key.isdigit():
+    if isinstance(key, str) and _PLAIN_DECIMAL.fullmatch(key):
         return int(key)
     return None
