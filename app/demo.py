@@ -148,6 +148,9 @@ async def scenario(
             f"started {w.name} (pid {w.process.pid if w.process else '?'}, host {w.host}, "
             f"rack {w.rack}) view: http://127.0.0.1:{w.port}/tandem/html"
         )
+    first = workers[0]
+    say(f"the whole group, from any worker: http://127.0.0.1:{first.port}/tandem/group (JSON: group.json)")
+    say(f"Prometheus metrics of each worker: http://127.0.0.1:{first.port}/metrics (and the others' ports)")
     say("waiting for the group to form (the embedded broker holds each join ~1 s)")
     if not await wait_until(lambda: covered(workers, PARTITIONS), 60, 2, lambda: table(workers)):
         say("FAILED: the workers did not share the partitions within 60 s; see the logs")
@@ -182,6 +185,7 @@ async def kill_and_take_over(workers: list[WorkerProcess], outputs: Outputs) -> 
     victim = max(workers, key=lambda w: len(actives(w)))
     lost = actives(victim)
     survivors = [w for w in workers if w is not victim]
+    predicted = await asyncio.to_thread(what_if_leave, survivors[0], victim)
     say(
         f"SIGKILL {victim.name} (pid {victim.process.pid if victim.process else '?'}), "
         f"which owned partitions {lost}"
@@ -195,12 +199,34 @@ async def kill_and_take_over(workers: list[WorkerProcess], outputs: Outputs) -> 
         return 1, victim
     say(f"takeover complete {time.time() - killed_at:.1f} s after the kill:")
     table(survivors)
+    got = {w.name: actives(w) for w in survivors}
+    if predicted:
+        verdict = "as predicted" if got == predicted else f"differs from the prediction {predicted}"
+        say(f"  actives after the takeover {got}: {verdict}")
     await wait_until(lambda: all(p in outputs.first_after for p in lost), 20, 0.5)
     for partition in lost:
         first = outputs.first_after.get(partition)
         gap = "none yet" if first is None else f"{first - killed_at:.1f} s"
         say(f"  partition {partition}: first joined record from a survivor after the kill: {gap}")
     return 0, victim
+
+
+def what_if_leave(entry: WorkerProcess, victim: WorkerProcess) -> dict[str, list[int]]:
+    """`python -m assignor what-if --leave` before the kill: what the group will do (printed);
+    each survivor's predicted actives."""
+    from assignor.whatif import Change, WhatIfError, fetch_group, predict, render
+
+    url = f"http://127.0.0.1:{entry.port}"
+    say(f"what-if, before the kill: python -m assignor what-if --worker {url} --leave {victim.name}")
+    try:
+        steps = predict(fetch_group(url), Change("leave", name=victim.name))
+    except WhatIfError as exc:
+        say(f"  what-if failed: {exc}")
+        return {}
+    for line in render(steps).splitlines():
+        say(f"  | {line}")
+    moves = next(iter(steps[0].joins.values()), [])
+    return {m.worker: m.actives_after for m in moves if not m.leaves}
 
 
 async def restart(victim: WorkerProcess, workers: list[WorkerProcess]) -> int:
@@ -252,7 +278,10 @@ async def check_results(traffic: Traffic, outputs: Outputs, workers: list[Worker
     table(workers)
     clicks = click_through(workers)
     for worker in workers:
-        say(f"  {worker.name}'s page: http://127.0.0.1:{worker.port}/tandem/html")
+        say(
+            f"  {worker.name}: http://127.0.0.1:{worker.port}/tandem/html, the group: /tandem/group, "
+            "metrics: /metrics"
+        )
     if missing:
         say(f"FAILED: {len(missing)} joins missing, e.g. {sorted(missing)[:3]}")
         return 1

@@ -1,4 +1,6 @@
-"""`python -m assignor plan FILE|- [--summary]`: read a scenario, print its assignment."""
+"""`python -m assignor plan FILE|- [--summary]`: read a scenario, print its assignment.
+`python -m assignor what-if --worker URL (--leave NAME | --join N | --restart NAME)`: what a
+change would do to a live group (assignor/whatif.py); changes nothing."""
 
 from __future__ import annotations
 
@@ -18,12 +20,48 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
     plan_cmd = commands.add_parser("plan", help="plan an assignment for a scenario (JSON)")
     plan_cmd.add_argument("scenario", help="scenario file (docs/scenario-format.md), or - for stdin")
     plan_cmd.add_argument("--summary", action="store_true", help="print a human table instead of JSON")
+    _add_what_if(commands)
     args = parser.parse_args(argv)
+    if args.command == "what-if":
+        return what_if(args)
     raw, problem = _read(args.scenario, stdin or sys.stdin)
     result = plan_with_stats(raw)
     if problem:
         result.assignment["warnings"].insert(0, problem)
     print(render_summary(raw, result) if args.summary else json.dumps(result.assignment, indent=2))
+    return 0
+
+
+def _add_what_if(commands: Any) -> None:
+    cmd = commands.add_parser(
+        "what-if", help="predict what a change does to a live group (reads it, changes nothing)"
+    )
+    cmd.add_argument("--worker", required=True, help="any worker's web server, e.g. http://127.0.0.1:6066")
+    change = cmd.add_mutually_exclusive_group(required=True)
+    change.add_argument("--leave", metavar="NAME", help="the worker (its name in the view) leaves")
+    change.add_argument("--join", metavar="N", type=int, help="N new workers join, with empty disks")
+    change.add_argument("--restart", metavar="NAME", help="the worker stops, then comes back with its disk")
+    cmd.add_argument("--host", default="", help="host label of the joining workers (default: one each)")
+    cmd.add_argument("--rack", default="", help="rack label of the joining workers")
+    cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def what_if(args: argparse.Namespace) -> int:
+    """Read the group from a worker, plan the change, print it; 2 if the group cannot be read."""
+    from assignor.whatif import Change, WhatIfError, fetch_group, predict, render
+
+    if args.leave:
+        change = Change("leave", name=args.leave)
+    elif args.restart:
+        change = Change("restart", name=args.restart)
+    else:
+        change = Change("join", count=args.join, host=args.host, rack=args.rack)
+    try:
+        steps = predict(fetch_group(args.worker), change)
+    except WhatIfError as exc:
+        print(f"what-if: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps([s.as_dict() for s in steps], indent=2) if args.json else render(steps))
     return 0
 
 

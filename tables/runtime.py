@@ -28,6 +28,7 @@ import contextlib
 import logging
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ from tables.api import JoinSpec
 from tables.codecs import CATEGORIES, DROPPED, Accepted, Rejected, SideCodec, key_check, value_form
 from tables.datadir import DataDirLock
 from tables.keys import Side
+from tables.metrics import REBALANCE_KINDS, LatencyBuckets
 from tables.operator import Match
 from tables.partitioners import find_misplaced, misplaced_reason, partitions_for
 from tables.producing import changelog_configs, create_topics, start_sending
@@ -94,10 +96,13 @@ class JoinStats:
     null_values: dict[str, int] = field(default_factory=lambda: {"left": 0, "right": 0})
     dead_letters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
     results: int = 0
+    unmatched: int = 0  # of `results`: a record without a partner (left, right, outer joins)
     results_by_partition: dict[int, int] = field(default_factory=dict)
     batches: int = 0
     handler_restarts: int = 0
     failure: str | None = None  # why the join stopped the worker
+    rebalance_partitions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REBALANCE_KINDS, 0))
+    latency: LatencyBuckets = field(default_factory=LatencyBuckets)  # event time -> output acknowledged
 
 
 class JoinRunner:
@@ -121,6 +126,8 @@ class JoinRunner:
         self.stats = JoinStats()
         self.rebalance = Rebalance()
         self.rebalances = 0
+        self.rebalance_history: deque[Rebalance] = deque(maxlen=10)  # for the view
+        self._unmatched = bool(spec.join_type.unmatched_sides)
         self.state: JoinState | None = None  # opened at the first assignment
         self.partitions: int | None = None  # the inputs' partition count (start check)
         self.held_back: set[TP] = set()  # inputs of partitions being restored
@@ -233,6 +240,7 @@ class JoinRunner:
                     self._check(tp, records, letters)
                     touched.add(tp.partition)
         processed: list[int] = []
+        latest: list[int] = []  # event time of each partition's last result (the latency histogram)
         feed: list[tuple[int, Match]] = []
         for partition in sorted(touched | set(self.aligner.holding())):
             if partition not in state.ready:
@@ -246,18 +254,23 @@ class JoinRunner:
             for side, key, ts, record_id, value in items:
                 matches += join.process(side, key, ts, record_id, value)
             processed.append(partition)
+            if matches:
+                latest.append(matches[-1].timestamp)
             feed.extend((partition, m) for m in matches)
             self.stats.results_by_partition[partition] = self.stats.results_by_partition.get(
                 partition, 0
             ) + len(matches)
         if feed:
             self.stats.results += len(feed)
+            if self._unmatched:
+                self.stats.unmatched += sum(1 for _, m in feed if m.left is None or m.right is None)
             await self._handle(feed, letters)
         await self._send_output(letters)
         producer = faust_internals.producer_of(self.app)
         await asyncio.gather(*(state.commit(p, producer) for p in processed))
         self._move_commit_offsets(touched | set(processed))
         self.stats.batches += 1
+        self.stats.latency.observe_since(latest)
 
     def _check(self, tp: TP, records: list[ConsumerRecord], letters: list[Letter]) -> None:
         side = self.sides[tp.topic]
@@ -475,6 +488,9 @@ class JoinRunner:
         await self._rewind({tp: o for tp, o in restart.items() if tp.partition in active})
         self.rebalances += 1
         self.rebalance = _rebalance(moves, epoch)
+        self.rebalance_history.append(self.rebalance)
+        for kind in REBALANCE_KINDS:
+            self.stats.rebalance_partitions[kind] += len(getattr(self.rebalance, kind))
         log.info(
             "tandem: join %r assigned actives %s standbys %s: kept %s, warm %s, cold %s; restoring %s",
             self.spec.name, sorted(active), sorted(standby - active), moves.kept, moves.warm, moves.cold,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 from faust.types import TP, AppT
 from faust.web import Request, Response, View
 
+from tables.history import SAMPLE_EVERY_S, history_of
+from tables.metrics import register_metrics_page, worker_name
 from tables.store import damage_counts
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
     settings = getattr(assignor, "settings", None)
     host = getattr(settings, "host", "") or ""
     return {
-        "worker": os.environ.get("TANDEM_WORKER") or f"{host}:{app.conf.web_port}",
+        "worker": worker_name(app),
         "host": host,
         "rack": getattr(settings, "rack", "") or "",
         "app_id": app.conf.id,
@@ -34,6 +35,11 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "joins": {name: join_view(app, runner) for name, runner in sorted(runtime.runners.items())},
         # Stores found damaged and set aside (then restored), per reason, since the process started.
         "damaged_stores": damage_counts(),
+        # What this member tells the leader at a JoinGroup, and the leader's planning inputs:
+        # enough to rebuild the planner's scenario (python -m assignor what-if).
+        "member": _member(app),
+        "planner": _planner(app),
+        "history": history_of(runtime).as_dict(),
     }
 
 
@@ -53,12 +59,19 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
         "actives": actives,
         "standbys": state.standbys() if state else [],
         "restoring": {
-            str(p): {"restored": r.restored, "to_go": r.to_go, "seconds": round(r.seconds, 3)}
+            str(p): {
+                "restored": r.restored,
+                "to_go": r.to_go,
+                "seconds": round(r.seconds, 3),
+                "rate_per_s": round(r.rate, 1),
+                "eta_s": round(r.to_go / r.rate, 1) if r.to_go is not None and r.rate > 0 else None,
+            }
             for p, r in sorted(restoring.items())
         },
-        "lag": {str(p): _lag(app, runner, p) for p in actives},
+        "lag": {str(p): input_lag(app, runner, p) for p in actives},
         "standby_lag": {str(p): n for p, n in sorted(state.recovery.standby_lag.items())} if state else {},
         "results": stats.results,
+        "unmatched": stats.unmatched,
         "joined": {str(p): stats.results_by_partition.get(p, 0) for p in actives},
         "read": stats.read,
         "null_values": stats.null_values,
@@ -71,12 +84,15 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
         "handler_restarts": stats.handler_restarts,
         "rebalances": runner.rebalances,
         "last_rebalance": runner.rebalance.as_dict(),
+        "rebalance_history": [
+            {"epoch": r.epoch, "at": r.started, **r.as_dict()} for r in runner.rebalance_history
+        ],
         "events": list(state.recovery.events) if state else [],
         "failure": stats.failure,
     }
 
 
-def _lag(app: AppT, runner: JoinRunner, partition: int) -> int | None:
+def input_lag(app: AppT, runner: JoinRunner, partition: int) -> int | None:
     """Input records not yet taken into a batch, over both inputs (None: end unknown yet)."""
     committed = getattr(app.consumer, "_committed_offset", {})
     total = 0
@@ -115,6 +131,53 @@ def _assignment(app: AppT) -> dict[str, dict[str, list[int]]]:
         for tp in tps:
             found[kind].setdefault(tp.topic, []).append(tp.partition)
     return {k: {t: sorted(p) for t, p in sorted(v.items())} for k, v in found.items()}
+
+
+def _member(app: AppT) -> dict[str, Any] | None:
+    """This member as the leader sees it (None on the stock assignor)."""
+    assignor = app.assignor
+    if not hasattr(assignor, "subscription"):
+        return None
+    state = assignor.subscription()
+    consumer = _kafka_consumer(app)
+    return {
+        "id": getattr(getattr(consumer, "_coordinator", None), "member_id", None),
+        "topics": sorted(consumer.subscription()) if consumer is not None else [],
+        "epoch": state.epoch,
+        "url": state.url,
+        "host": state.host,
+        "rack": state.rack,
+        "capacity": state.capacity,
+        "previous_active": state.previous_active,
+        "previous_standby": state.previous_standby,
+        "local_offsets": {
+            topic: {str(p): offset for p, offset in sorted(by.items())}
+            for topic, by in state.local_offsets.items()
+        },
+    }
+
+
+def _kafka_consumer(app: AppT) -> Any:
+    try:
+        return app.consumer._thread._ensure_consumer()  # type: ignore[attr-defined]
+    except Exception:  # not started yet
+        return None
+
+
+def _planner(app: AppT) -> dict[str, Any] | None:
+    """What the leader plans with besides the members (None on the stock assignor)."""
+    assignor = app.assignor
+    if not hasattr(assignor, "joins"):
+        return None
+    settings = assignor.settings
+    return {
+        "joins": [{"topics": list(j.topics), "changelog": j.changelog} for j in assignor.joins],
+        "table_changelogs": sorted(assignor._table_changelogs()),
+        "global_changelogs": sorted(assignor._global_changelogs()),
+        "standby_replicas": settings.standby_replicas,
+        "acceptable_recovery_lag": settings.acceptable_recovery_lag,
+        "leader_url": assignor.own_assignment.leader_url,
+    }
 
 
 def _group_rebalance(app: AppT) -> dict[str, Any] | None:
@@ -193,6 +256,17 @@ def render_html(view: dict[str, Any]) -> str:
 
 
 def register_views(app: AppT, runtime: Runtime) -> None:
+    """/tandem/, /tandem/html, the group page (tables/group_view.py) and /metrics; and the
+    timer that keeps the worker's history for the group page's plots."""
+    from tables.group_view import register_group_views
+
+    register_metrics_page(app)
+    register_group_views(app, runtime)
+
+    @app.timer(SAMPLE_EVERY_S, name="tandem-history")
+    async def sample_history() -> None:
+        history_of(runtime).sample(app, runtime)
+
     @app.page("/tandem/", name="tandem-view")
     async def status(web: View, request: Request) -> Response:
         return web.json(worker_view(app, runtime))

@@ -1,0 +1,427 @@
+"""What a change would do to a live group, without changing anything:
+
+    python -m assignor what-if --worker http://HOST:PORT --leave NAME
+    python -m assignor what-if --worker http://HOST:PORT --join 2 [--host H --rack R]
+    python -m assignor what-if --worker http://HOST:PORT --restart NAME
+
+Reads the group from any worker's `/tandem/group.json` (the leader's routing table and
+every member's own view: its subscription, epoch, host, rack, capacity, what it holds
+and the changelog offsets on its disk), builds the planner's scenario the way the
+leader does (assignor/faust_adapter.py, `assign_members`), applies the change, plans it
+with the same planner, and reports per worker the partitions kept, moved warm and moved
+cold, the changelog records each move would replay, and the balance after.
+
+A move is warm when the new owner has the partition's state on its disk (a standby, or
+files kept from before), as the runtime counts it; it replays from its checkpoint to the
+changelog's end (the freshest checkpoint any member reports). A cold move replays the
+whole changelog partition. A restart is two rebalances: the worker leaves, then comes
+back with what its disk holds (a new member id: where two placements cost the same, the
+planner may break the tie differently from this prediction; likewise for new members).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from assignor.core.plan import plan_with_stats
+from assignor.faust_scenario import Join, MemberInfo, build_scenario, copartition_groups, topic_counts
+from assignor.wire import Subscription
+
+GROUP_PATH = "/tandem/group.json"
+
+
+class WhatIfError(RuntimeError):
+    """The group could not be read, or the change names no member of it."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to the group: `leave`, `join` (with `count`, `host`, `rack`) or `restart`."""
+
+    kind: str
+    name: str = ""
+    count: int = 0
+    host: str = ""
+    rack: str = ""
+
+
+@dataclass
+class WorkerMoves:
+    """What one rebalance does for one worker and one join."""
+
+    worker: str
+    host: str
+    rack: str
+    actives_before: list[int]
+    actives_after: list[int]
+    standbys_after: list[int]
+    kept: list[int] = field(default_factory=list)
+    moved_warm: list[int] = field(default_factory=list)
+    moved_cold: list[int] = field(default_factory=list)
+    replay: dict[int, int] = field(default_factory=dict)  # partition -> changelog records
+    leaves: bool = False  # a worker that is no longer in the group after the step
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "leaves": self.leaves,
+            "host": self.host,
+            "rack": self.rack,
+            "actives_before": self.actives_before,
+            "actives_after": self.actives_after,
+            "standbys_after": self.standbys_after,
+            "kept": self.kept,
+            "moved_warm": self.moved_warm,
+            "moved_cold": self.moved_cold,
+            "replay": {str(p): n for p, n in sorted(self.replay.items())},
+            "replay_total": sum(self.replay.values()),
+        }
+
+
+@dataclass
+class Step:
+    """One planned rebalance: its epoch, the planner's group counts, and each join's moves."""
+
+    title: str
+    epoch: int
+    group: dict[str, int]  # tasks, kept, moved_warm, moved_cold (as the leader counts them)
+    joins: dict[str, list[WorkerMoves]]
+    warnings: list[str]
+    planned: dict[str, Any] = field(default_factory=dict)  # member id -> the planner's output
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "epoch": self.epoch,
+            "group": self.group,
+            "joins": {name: [m.as_dict() for m in moves] for name, moves in self.joins.items()},
+            "balance": {name: balance(moves) for name, moves in self.joins.items()},
+            "warnings": self.warnings,
+        }
+
+
+# -- reading the group -------------------------------------------------------------------------
+
+
+def fetch_group(worker_url: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The group as one worker sees it (its /tandem/group.json)."""
+    url = worker_url.rstrip("/") + GROUP_PATH
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return dict(json.loads(response.read()))
+    except (OSError, ValueError) as exc:
+        raise WhatIfError(f"cannot read the group from {url}: {exc}") from exc
+
+
+@dataclass
+class Member:
+    """A member as the leader sees it, keyed by its worker name."""
+
+    name: str
+    member_id: str
+    topics: frozenset[str]
+    state: Subscription
+
+
+@dataclass
+class Group:
+    """Everything the leader plans with."""
+
+    members: dict[str, Member]  # by worker name
+    joins: list[Join]
+    join_names: dict[str, str]  # changelog -> join name
+    table_changelogs: set[str]
+    counts: dict[str, int]  # from the routing table
+    standby_replicas: int
+    acceptable_lag: int
+
+
+def read_group(snapshot: Mapping[str, Any]) -> Group:
+    """The planner's inputs from a group snapshot; raises WhatIfError if a member is missing."""
+    missing = [w["url"] for w in snapshot["workers"] if not w["ok"]]
+    if missing:
+        raise WhatIfError(f"members not answering: {', '.join(missing)}; the prediction needs every member")
+    views = [w["view"] for w in snapshot["workers"]]
+    planner = next((v["planner"] for v in views if v.get("planner")), None)
+    if planner is None or snapshot.get("routing") is None:
+        raise WhatIfError("the group does not run the Tandem assignor, or has no routing table yet")
+    members = {v["worker"]: _member(v) for v in views if v.get("member")}
+    joins = [Join(tuple(j["topics"]), j["changelog"]) for j in planner["joins"]]
+    join_names = {j["changelog"]: name for v in views for name, j in v["joins"].items()}
+    counts = {t: g["partitions"] for g in snapshot["routing"]["groups"] for t in g["topics"]}
+    return Group(
+        members=members,
+        joins=joins,
+        join_names=join_names,
+        table_changelogs=set(planner["table_changelogs"]),
+        counts=counts,
+        standby_replicas=int(planner["standby_replicas"]),
+        acceptable_lag=int(planner["acceptable_recovery_lag"]),
+    )
+
+
+def _member(view: Mapping[str, Any]) -> Member:
+    m = view["member"]
+    state = Subscription(
+        epoch=int(m["epoch"]),
+        url=m["url"],
+        host=m["host"],
+        rack=m["rack"],
+        capacity=float(m["capacity"]),
+        previous_active={t: list(p) for t, p in m["previous_active"].items()},
+        previous_standby={t: list(p) for t, p in m["previous_standby"].items()},
+        local_offsets={t: {int(p): int(o) for p, o in by.items()} for t, by in m["local_offsets"].items()},
+    )
+    return Member(view["worker"], m["id"] or view["worker"], frozenset(m["topics"]), state)
+
+
+def scenario_of(group: Group) -> dict[str, Any]:
+    """The scenario the leader would build for these members (faust_adapter.assign_members)."""
+    by_id = {m.member_id: MemberInfo(m.topics, m.state) for m in group.members.values()}
+    subscribed = {t for m in by_id.values() for t in m.subscription}
+    counts = topic_counts(group.joins, subscribed, group.counts)
+    groups = copartition_groups(
+        group.joins, counts, group.table_changelogs, [by_id[m].subscription for m in sorted(by_id)]
+    )
+    changelogs = group.table_changelogs | {j.changelog for j in group.joins if j.changelog}
+    return build_scenario(
+        by_id, counts, groups, changelogs, group.standby_replicas, group.joins, group.acceptable_lag
+    )
+
+
+# -- changing it --------------------------------------------------------------------------------
+
+
+def predict(snapshot: Mapping[str, Any], change: Change) -> list[Step]:
+    """The rebalance(s) the change would cause, planned; nothing is sent to the group."""
+    group = read_group(snapshot)
+    if change.kind in ("leave", "restart") and change.name not in group.members:
+        known = ", ".join(sorted(group.members))
+        raise WhatIfError(f"no worker named {change.name!r} in the group (workers: {known})")
+    if change.kind == "leave":
+        return [_step(f"{change.name} leaves", group, _without(group, change.name))]
+    if change.kind == "join":
+        if change.count < 1:
+            raise WhatIfError("--join needs a number of workers >= 1")
+        return [_step(f"{change.count} new worker(s) join", group, _with_new(group, change))]
+    if change.kind == "restart":
+        left = _without(group, change.name)
+        first = _step(f"{change.name} stops", group, left)
+        after = _after(left, first)
+        back = _back(after, group.members[change.name], first.epoch)
+        return [first, _step(f"{change.name} comes back with its disk", after, back)]
+    raise WhatIfError(f"unknown change {change.kind!r}")
+
+
+def _without(group: Group, name: str) -> Group:
+    return _replace_members(group, {n: m for n, m in group.members.items() if n != name})
+
+
+def _with_new(group: Group, change: Change) -> Group:
+    topics = frozenset().union(*(m.topics for m in group.members.values()))
+    members = dict(group.members)
+    for i in range(1, change.count + 1):
+        name = f"new-{i}"
+        host = change.host or name
+        state = Subscription(host=host, rack=change.rack)
+        members[name] = Member(name, f"~{name}", topics, state)  # "~": sorts after real member ids
+    return _replace_members(group, members)
+
+
+def _back(group: Group, old: Member, epoch: int) -> Group:
+    """The restarted worker: no history (a new process), the same disk."""
+    state = Subscription(
+        url=old.state.url,
+        host=old.state.host,
+        rack=old.state.rack,
+        capacity=old.state.capacity,
+        local_offsets=old.state.local_offsets,
+    )
+    members = {**group.members, old.name: Member(old.name, f"~{old.name}", old.topics, state)}
+    return _replace_members(group, members)
+
+
+def _after(group: Group, step: Step) -> Group:
+    """The members once a step is done: the plan is what they hold, and every partition they
+    hold is caught up with the freshest copy."""
+    ends = _freshest(group)
+    members = {}
+    for name, m in group.members.items():
+        planned = step.planned.get(m.member_id, {})
+        held = {**planned.get("active", {})}
+        offsets = {t: dict(by) for t, by in m.state.local_offsets.items()}
+        for kind in ("active", "standby"):
+            for topic, partitions in planned.get(kind, {}).items():
+                for p in partitions:
+                    if (topic, p) in ends:
+                        offsets.setdefault(topic, {})[p] = ends[(topic, p)]
+        state = Subscription(
+            epoch=step.epoch,
+            url=m.state.url,
+            host=m.state.host,
+            rack=m.state.rack,
+            capacity=m.state.capacity,
+            previous_active=held,
+            previous_standby=planned.get("standby", {}),
+            local_offsets=offsets,
+        )
+        members[name] = Member(name, m.member_id, m.topics, state)
+    return _replace_members(group, members)
+
+
+def _replace_members(group: Group, members: dict[str, Member]) -> Group:
+    return Group(
+        members,
+        group.joins,
+        group.join_names,
+        group.table_changelogs,
+        group.counts,
+        group.standby_replicas,
+        group.acceptable_lag,
+    )
+
+
+def _freshest(group: Group) -> dict[tuple[str, int], int]:
+    """(changelog, partition) -> the highest checkpoint any member holds (the active's)."""
+    ends: dict[tuple[str, int], int] = {}
+    for m in group.members.values():
+        for topic, by in m.state.local_offsets.items():
+            for p, offset in by.items():
+                ends[(topic, p)] = max(ends.get((topic, p), offset), offset)
+    return ends
+
+
+def _step(title: str, before: Group, after: Group) -> Step:
+    """Plan `after` (the group with the change) and count what moves against `before`."""
+    result = plan_with_stats(scenario_of(after))
+    planned = result.assignment
+    ends = _freshest(before)
+    joins = {}
+    for join in after.joins:
+        if not join.changelog:
+            continue
+        name = before.join_names.get(join.changelog, join.changelog)
+        joins[name] = [
+            _moves(m, planned["members"].get(m.member_id, {}), join, ends) for m in after.members.values()
+        ] + [_leaving(m, join) for n, m in before.members.items() if n not in after.members]
+    s = result.stats
+    return Step(
+        title=title,
+        epoch=int(planned["epoch"]),
+        group={
+            "tasks": s.kept + s.moved_warm + s.moved_cold,
+            "kept": s.kept,
+            "moved_warm": s.moved_warm,
+            "moved_cold": s.moved_cold,
+        },
+        joins=joins,
+        warnings=list(planned["warnings"]),
+        planned=planned["members"],
+    )
+
+
+def _moves(
+    member: Member, planned: Mapping[str, Any], join: Join, ends: Mapping[tuple[str, int], int]
+) -> WorkerMoves:
+    changelog = join.changelog or join.topics[0]
+    first = join.topics[0]
+    before = sorted(member.state.previous_active.get(first, []))
+    after = sorted(planned.get("active", {}).get(first, []))
+    on_disk = member.state.local_offsets.get(changelog, {})
+    standby_before = set(member.state.previous_standby.get(changelog, []))
+    moves = WorkerMoves(
+        worker=member.name,
+        host=member.state.host,
+        rack=member.state.rack,
+        actives_before=before,
+        actives_after=after,
+        standbys_after=sorted(planned.get("standby", {}).get(changelog, [])),
+    )
+    for p in after:
+        if p in before:
+            moves.kept.append(p)
+            continue
+        end = ends.get((changelog, p), -1) + 1  # the changelog's end offset
+        local = on_disk.get(p)
+        if local is not None or p in standby_before:  # the runtime's "warm": state on this disk
+            moves.moved_warm.append(p)
+            moves.replay[p] = max(0, end - (local + 1 if local is not None else 0))
+        else:
+            moves.moved_cold.append(p)
+            moves.replay[p] = end
+    return moves
+
+
+def _leaving(member: Member, join: Join) -> WorkerMoves:
+    actives = sorted(member.state.previous_active.get(join.topics[0], []))
+    return WorkerMoves(member.name, member.state.host, member.state.rack, actives, [], [], leaves=True)
+
+
+def balance(moves: list[WorkerMoves]) -> dict[str, Any]:
+    """Actives and standbys per worker after the step, and the spread of the actives."""
+    moves = [m for m in moves if not m.leaves]
+    actives = {m.worker: len(m.actives_after) for m in moves}
+    standbys = {m.worker: len(m.standbys_after) for m in moves}
+    counts = list(actives.values())
+    return {
+        "actives": actives,
+        "standbys": standbys,
+        "spread": (max(counts) - min(counts)) if counts else 0,
+    }
+
+
+# -- printing -------------------------------------------------------------------------------------
+
+
+def render(steps: list[Step]) -> str:
+    """A table per step and join, for a person."""
+    lines: list[str] = []
+    for step in steps:
+        g = step.group
+        lines += [
+            f"== {step.title}: generation {step.epoch}",
+            f"group (every task, as the leader counts them): {g['tasks']} tasks, kept {g['kept']}, "
+            f"moved warm {g['moved_warm']}, moved cold {g['moved_cold']}",
+        ]
+        for name, moves in step.joins.items():
+            lines += ["", f"join {name}:", *_table(moves)]
+            b = balance(moves)
+            total = sum(sum(m.replay.values()) for m in moves)
+            per = ", ".join(f"{w} {n}" for w, n in b["actives"].items())
+            lines += [
+                f"changelog records replayed in all: {total:,}",
+                f"balance after: actives {per} (spread {b['spread']}); standbys "
+                + ", ".join(f"{w} {n}" for w, n in b["standbys"].items()),
+            ]
+        lines += [f"warning: {w}" for w in step.warnings]
+        lines.append("")
+    lines.append("Nothing was changed in the group.")
+    return "\n".join(lines)
+
+
+def _table(moves: list[WorkerMoves]) -> list[str]:
+    rows = [("worker", "host", "rack", "actives", "kept", "moved warm", "moved cold", "replay (records)")]
+    for m in moves:
+        replay = ", ".join(f"p{p}: {n:,}" for p, n in sorted(m.replay.items())) or "—"
+        rows.append(
+            (
+                m.worker,
+                m.host,
+                m.rack or "—",
+                f"{len(m.actives_before)} -> {len(m.actives_after)}" + (" (leaves)" if m.leaves else ""),
+                _parts(m.kept),
+                _parts(m.moved_warm),
+                _parts(m.moved_cold),
+                replay,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _parts(partitions: list[int]) -> str:
+    return ", ".join(map(str, partitions)) or "—"
