@@ -76,6 +76,8 @@ def test_workers_have_host_and_rack_labels_and_standbys() -> None:
         hosts.add(_env(block, "TANDEM_HOST"))
         racks.add(_env(block, "TANDEM_RACK"))
     assert len(hosts) >= 2 and len(racks) >= 2
-    # Every topic of the join is created with one partition count (co-partitioning).
+    # The app's topics are created with one partition count (co-partitioning); the workers
+    # create the join's changelog and dead-letter topic with the inputs' count.
     topics = services["topics"]
-    assert topics.count("--partitions 12") == 2 and "TANDEM_PARTITIONS: '12'" in str(services)
+    assert topics.count("--partitions 12") == 1 and "TANDEM_PARTITIONS: '12'" in str(services)
+    assert "impressions clicks ad-joins" in topics and "changelog" not in topics
