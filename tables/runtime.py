@@ -534,7 +534,11 @@ class JoinRunner:
             if partition in rebalance.moved_warm + rebalance.moved_cold:
                 rebalance.replayed[partition] = progress.restored
         rebalance.seconds = round(time.time() - rebalance.started, 3)
-        log.info("tandem: join %r restored: %s", self.spec.name, rebalance.as_dict())
+        log.info(
+            "tandem: join %r restored in %s s: kept %s, moved warm %s, moved cold %s; %s records replayed",
+            self.spec.name, rebalance.seconds, rebalance.kept, rebalance.moved_warm, rebalance.moved_cold,
+            sum(rebalance.replayed.values()),
+        )  # fmt: skip
 
     def _ready(self, partition: int) -> None:
         self.held_back -= {TP(t, partition) for t in self.spec.input_topics}
