@@ -78,21 +78,23 @@ def _read(path: str, stdin: TextIO) -> tuple[Any, str | None]:
 
 
 def render_summary(raw: Any, result: PlanResult) -> str:
-    """Per member actives/standbys, then kept, moved warm, moved cold and the balance spread."""
+    """Per member actives/standbys (and warm-ups), then kept, moved warm, moved cold and the
+    balance spread; with warm-ups on, the pending moves."""
     members = result.assignment["members"]
     info = raw.get("members", {}) if isinstance(raw, dict) else {}
-    rows = [("member", "host", "active tasks", "standby tasks")]
+    pending = result.assignment.get("pending_moves")
+    extra = ("warm-ups",) if pending is not None else ()
+    rows = [("member", "host", "active tasks", "standby tasks", *extra)]
     for member in members:
         host = info.get(member, {}).get("host", member) if isinstance(info.get(member), dict) else member
-        rows.append(
-            (
-                member,
-                str(host),
-                str(result.stats.actives.get(member, 0)),
-                str(result.stats.standbys.get(member, 0)),
-            )
+        row = (
+            member,
+            str(host),
+            str(result.stats.actives.get(member, 0)),
+            str(result.stats.standbys.get(member, 0)),
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        rows.append(row + ((str(result.stats.warmups.get(member, 0)),) if pending is not None else ()))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     counts = [result.stats.actives.get(m, 0) for m in members]
     spread = max(counts) - min(counts) if counts else 0
@@ -102,5 +104,18 @@ def render_summary(raw: Any, result: PlanResult) -> str:
         f"epoch {result.assignment['epoch']}: tasks retained {s.kept}, moved warm {s.moved_warm}, "
         f"moved cold {s.moved_cold}, unassigned {s.unassigned}, balance spread {spread}",
     ]
+    if pending is not None:
+        lines += _pending_lines(pending)
     lines += [f"warning: {w}" for w in result.assignment["warnings"]]
     return "\n".join(lines)
+
+
+def _pending_lines(pending: list[dict[str, Any]]) -> list[str]:
+    """One line per move held until its target has caught up."""
+    warming = sum(1 for move in pending if move["warmup"])
+    lines = [f"pending moves {len(pending)} (warming up {warming}, waiting {len(pending) - warming})"]
+    for move in pending:
+        how = "warm-up replica" if move["warmup"] else "waits for a warm-up slot"
+        task = f"{'+'.join(move['topics'])}#{move['partition']}"
+        lines.append(f"  {task}: stays on {move['from']}, moves to {move['to']} once caught up ({how})")
+    return lines

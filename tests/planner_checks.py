@@ -197,3 +197,154 @@ def feed_back(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[str, Any]
             "epoch": assignment["epoch"],
         }
     return again
+
+
+# -- warm-up replicas (the contract's "Warm-up replicas" section) ------------------------------
+
+INF = math.inf
+
+
+def changelogs_of(scn: dict[str, Any], group: list[str], partition: int) -> list[str]:
+    """The group's changelog topics that have `partition`."""
+    logs = set(scn.get("changelog_topics", []))
+    return [t for t in group if t in logs and partition < scn["topics"][t]]
+
+
+def local_offset(scn: dict[str, Any], member: str, topic: str, partition: int) -> int | None:
+    found = scn["members"][member].get("local_offsets", {}).get(topic, {})
+    for key, value in found.items():
+        if int(key) == partition:
+            return int(value)
+    return None
+
+
+def end_offset(scn: dict[str, Any], topic: str, partition: int) -> int | None:
+    """Given in changelog_end_offsets, else the highest offset any member reports."""
+    given = scn.get("changelog_end_offsets", {}).get(topic, {})
+    for key, value in given.items():
+        if int(key) == partition:
+            return int(value)
+    reported = [local_offset(scn, m, topic, partition) for m in scn["members"]]
+    known = [o for o in reported if o is not None]
+    return max(known) if known else None
+
+
+def lag(scn: dict[str, Any], task: Task, member: str) -> float:
+    """The contract's lag: the previous owner's is 0; else the largest end - local over the
+    task's changelog partitions (0 at or past the end, unbounded without an offset)."""
+    gi, p = task
+    if fenced_claims(scn).get(task) == member:
+        return 0
+    worst: float = 0
+    for topic in changelogs_of(scn, groups_of(scn)[gi], p):
+        local = local_offset(scn, member, topic, p)
+        end = end_offset(scn, topic, p)
+        if local is None or end is None:
+            return INF
+        worst = max(worst, max(0, end - local))
+    return worst
+
+
+def caught_up(scn: dict[str, Any], task: Task, member: str) -> bool:
+    return lag(scn, task, member) <= scn["acceptable_recovery_lag"]
+
+
+def is_stateful(scn: dict[str, Any], task: Task) -> bool:
+    gi, p = task
+    return bool(changelogs_of(scn, groups_of(scn)[gi], p))
+
+
+def task_of(scn: dict[str, Any], topics: list[str], partition: int) -> Task:
+    return groups_of(scn).index(sorted(topics)), partition
+
+
+def target_owners(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[Task, str]:
+    """The output's owners with every pending move applied (the contract's target)."""
+    owners = task_owner(scn, assignment)
+    for move in assignment["pending_moves"]:
+        task = task_of(scn, move["topics"], move["partition"])
+        assert owners[task] == move["from"], f"pending move {move} does not start at the task's owner"
+        owners[task] = move["to"]
+    return owners
+
+
+def warm_holders(scn: dict[str, Any]) -> dict[Task, set[str]]:
+    """With warm-ups on, a member holds a task's state only when its lag is finite."""
+    held: dict[Task, set[str]] = {}
+    for gi, group in enumerate(groups_of(scn)):
+        for p in range(max(scn["topics"][t] for t in group)):
+            if not is_stateful(scn, (gi, p)):
+                continue
+            for m in eligible(scn, group):
+                if fenced_claims(scn).get((gi, p)) != m and lag(scn, (gi, p), m) < INF:
+                    held.setdefault((gi, p), set()).add(m)
+    return held
+
+
+def kept_and_warm_with_lags(
+    scn: dict[str, Any], owners: dict[Task, str], held: dict[Task, set[str]]
+) -> tuple[int, int]:
+    previous = fenced_claims(scn)
+    kept = sum(1 for t, m in owners.items() if previous.get(t) == m)
+    warm = sum(1 for t, m in owners.items() if previous.get(t) != m and m in held.get(t, set()))
+    return kept, warm
+
+
+def oracle_best_with_lags(scn: dict[str, Any]) -> tuple[int, int]:
+    """(max kept, then max warm) over every balanced assignment, holders by finite lag."""
+    held = warm_holders(scn)
+    tasks = [
+        (gi, p)
+        for gi, group in enumerate(groups_of(scn))
+        for p in range(max(scn["topics"][t] for t in group))
+        if eligible(scn, group)
+    ]
+    choices = [eligible(scn, groups_of(scn)[g]) for g, _ in tasks]
+    best = (-1, -1)
+    for combo in itertools.product(*choices):
+        owners = dict(zip(tasks, combo, strict=True))
+        if is_balanced(scn, owners):
+            best = max(best, kept_and_warm_with_lags(scn, owners, held))
+    return best
+
+
+def warmups_of(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[Task, set[str]]:
+    """Members given a warm-up replica of each task; each lists every changelog partition."""
+    found: dict[Task, set[str]] = {}
+    for gi, group in enumerate(groups_of(scn)):
+        for p in range(max(scn["topics"][t] for t in group)):
+            logs = changelogs_of(scn, group, p)
+            sets = [
+                frozenset(m for m, d in assignment["members"].items() if p in d["warmup"].get(t, []))
+                for t in logs
+            ]
+            assert len(set(sets)) <= 1, "a warm-up lists every changelog partition of its task"
+            if sets and sets[0]:
+                found[gi, p] = set(sets[0])
+    return found
+
+
+def standbys_of(scn: dict[str, Any], assignment: dict[str, Any], task: Task) -> set[str]:
+    gi, p = task
+    logs = changelogs_of(scn, groups_of(scn)[gi], p)
+    return {m for m, d in assignment["members"].items() for t in logs if p in d.get("standby", {}).get(t, [])}
+
+
+def feed_back_warmups(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[str, Any]:
+    """The contract's W5 round: actives and standbys as previous, warm-ups as previous standbys,
+    each warm-up member reporting the end offset of its warm-up partitions."""
+    again = feed_back(scn, assignment)
+    for m, d in assignment["members"].items():
+        member = again["members"][m]
+        standby = {t: sorted(set(ps)) for t, ps in member["previous_standby"].items()}
+        offsets = {t: dict(v) for t, v in scn["members"][m].get("local_offsets", {}).items()}
+        for topic, partitions in d.get("warmup", {}).items():
+            standby[topic] = sorted(set(standby.get(topic, [])) | set(partitions))
+            for p in partitions:
+                end = end_offset(scn, topic, p)
+                offsets.setdefault(topic, {})
+                offsets[topic] = {k: v for k, v in offsets[topic].items() if int(k) != p}
+                offsets[topic][str(p)] = end if end is not None else 0
+        member["previous_standby"] = standby
+        member["local_offsets"] = offsets
+    return again

@@ -252,3 +252,57 @@ def _pick_key(draw: st.DrawFn, node: Any, step: str, new: bool = False) -> Any:
     if isinstance(node, list):
         return draw(st.integers(0, len(node) if new else max(len(node) - 1, 0))) if node or new else None
     return None
+
+
+@st.composite
+def warmup_scenarios(
+    draw: st.DrawFn,
+    max_members: int = 5,
+    max_partitions: int = 6,
+    uniform: bool = False,
+    lone_topics: bool = True,
+) -> dict[str, Any]:
+    """Valid scenarios with warm-ups on: a stateful join (one or two changelogs), maybe a lone
+    stateful topic and a lone stateless one, members reporting offsets of some of the state."""
+    size = draw(st.integers(1, max_partitions))
+    logs = ["joins-changelog"] + (["side-changelog"] if draw(st.booleans()) else [])
+    join = ["clicks", "impressions", *logs]
+    lone_names = ["audit", "ledger-changelog"] if lone_topics else []
+    lone = draw(st.lists(st.sampled_from(lone_names), unique=True, max_size=2)) if lone_names else []
+    topics = {t: size for t in join} | {t: draw(st.integers(1, max_partitions)) for t in lone}
+    changelogs = [t for t in topics if t.endswith("changelog")]
+    hosts = draw(st.sampled_from([None, ["h0", "h1"], ["h0", "h1", "h2"]]))
+    members: dict[str, Any] = {}
+    for i in range(draw(st.integers(1, max_members))):
+        subscribed = list(topics) if uniform else draw(st.sampled_from([list(topics), join, lone or join]))
+        member: dict[str, Any] = {"topics": subscribed, "epoch": draw(st.integers(0, 2))}
+        if hosts:
+            member["host"] = draw(st.sampled_from(hosts))
+        member["previous_active"] = _partitions(draw, topics)
+        member["previous_standby"] = _partitions(draw, {t: topics[t] for t in changelogs})
+        offsets: dict[str, dict[str, int]] = {}
+        for topic in changelogs:
+            reported = draw(st.sets(st.integers(0, topics[topic] - 1), max_size=topics[topic]))
+            if reported:
+                offsets[topic] = {str(p): draw(st.sampled_from([0, 400, 900, 990, 1000])) for p in reported}
+        member["local_offsets"] = offsets
+        members[f"w{i}"] = member
+    scenario: dict[str, Any] = {
+        "topics": topics,
+        "copartition_groups": [join],
+        "changelog_topics": changelogs,
+        "standby_replicas": draw(st.integers(0, 2)),
+        "members": members,
+        "acceptable_recovery_lag": draw(st.sampled_from([0, 10, 100, 1000])),
+    }
+    budget = draw(st.sampled_from([None, 0, 1, 2, 5]))
+    if budget is not None:
+        scenario["max_warmup_replicas"] = budget
+    if draw(st.booleans()):
+        scenario["changelog_end_offsets"] = {t: _end_offsets(draw, topics[t]) for t in changelogs}
+    return scenario
+
+
+def _end_offsets(draw: st.DrawFn, count: int) -> dict[str, int]:
+    """Some partitions' end offsets, at or past what members report."""
+    return {str(p): draw(st.sampled_from([1000, 1005, 1500])) for p in range(count) if draw(st.booleans())}

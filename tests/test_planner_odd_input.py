@@ -99,11 +99,13 @@ def test_every_ignored_part_names_the_member_and_the_field(field: str, value: An
     assert any("'w1'" in w and field in w and named in w for w in warnings), warnings
 
 
-def test_warm_up_fields_are_reported_as_not_supported() -> None:
-    scn = _join({"w1": {}, "w2": {}}) | {"acceptable_recovery_lag": 100, "colour": "blue"}
-    warnings = plan(scn)["warnings"]
-    assert any("acceptable_recovery_lag" in w and "not supported" in w for w in warnings), warnings
+def test_warm_up_fields_without_the_lag_are_reported_as_ignored() -> None:
+    scn = _join({"w1": {}, "w2": {}}) | {"max_warmup_replicas": 3, "colour": "blue"}
+    result = plan(scn)
+    warnings = result["warnings"]
+    assert any("max_warmup_replicas" in w and "off without acceptable_recovery_lag" in w for w in warnings)
     assert any("colour" in w for w in warnings), warnings
+    assert "pending_moves" not in result
 
 
 # Values each member field must not take; each one is ignored or corrected.

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from assignor.core.flow import FlowNetwork
+from assignor.core.flow import FlowNetwork, tie_weights
 from assignor.core.holders import StateHolders
 from assignor.core.quotas import Bounds
 
@@ -180,6 +180,8 @@ def _task_arcs(
     group_of: np.ndarray,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Keep and warm arcs of the open tasks, as (rows in flow_tasks, arc ids, target member)."""
+    if problem.warm.caught is not None:
+        return _graded_task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of)
     levels = 1 + problem.warm.most()
     warm_unit = len(flow_tasks) * levels + 1
     keep_unit = len(flow_tasks) * (warm_unit + levels) + 1
@@ -201,6 +203,68 @@ def _task_arcs(
     if warm_rows:
         arcs = net.arcs(task_node[warm_rows], np.array(heads), 1, cost=np.array(costs))
         kinds.append((np.array(warm_rows), arcs, np.array(targets)))
+    return kinds
+
+
+# OR-Tools scales costs by the node count internally: |cost| x nodes must stay in int64.
+COST_LIMIT = 2**62
+TIE_BITS = (10, 8, 6, 4, 2, 0)  # tie-weight resolutions tried, finest first
+
+
+def _graded_task_arcs(
+    problem: ActiveProblem,
+    net: FlowNetwork,
+    flow_tasks: np.ndarray,
+    task_node: np.ndarray,
+    slot_of: np.ndarray,
+    group_of: np.ndarray,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """With warm-ups on: keep, then warm, then onto a caught-up member, lexicographically;
+    then a preference for the member's previous standby (a warm-up that caught up) and the
+    freshest holder, then a fixed tie weight per (task, member).
+
+    The caught-up tier makes the target move a task now (to a caught-up member) rather
+    than later where the counts allow either; the standby preference and the tie weights
+    make equal choices come out the same in every round (W5). When the units would not
+    fit OR-Tools' cost range, the tie weights get coarser, then the caught-up tier goes
+    (the warm count still holds).
+    """
+    n = len(flow_tasks)
+    levels = 1 + problem.warm.most()
+    nodes = net.node_count + 1
+    for bits in TIE_BITS:
+        score = (2 * levels) << bits  # per arc: standby and freshness rank, then the tie weight
+        caught_unit = n * score + 1
+        warm_unit = n * (caught_unit + score) + 1
+        keep_unit = n * (warm_unit + caught_unit + score) + 1
+        if keep_unit * nodes < COST_LIMIT:
+            break
+    else:
+        bits, caught_unit = 0, 0
+        warm_unit = n * 2 * levels + 1
+        keep_unit = n * (warm_unit + 2 * levels) + 1
+    owner = problem.owner[flow_tasks]
+    groups = group_of[flow_tasks]
+    own_slot = np.where(owner >= 0, slot_of[groups, np.maximum(owner, 0)], -1)
+    rows = np.nonzero(own_slot >= 0)[0]
+    kinds = [(rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows])]
+    warm_rows, heads, targets, preference, caught = [], [], [], [], []
+    for i, task in enumerate(flow_tasks.tolist()):
+        ranked = sorted(problem.warm.graded(task), key=lambda c: (-c[1], c[0]))
+        for rank, (member, _, is_caught, was_standby) in enumerate(ranked):
+            target_slot = int(slot_of[groups[i], member])
+            if target_slot >= 0:
+                warm_rows.append(i)
+                heads.append(target_slot)
+                targets.append(member)
+                preference.append(levels * was_standby + levels - 1 - rank)
+                caught.append(is_caught)
+    if warm_rows:
+        rows_array, members = np.array(warm_rows), np.array(targets)
+        tie = tie_weights(flow_tasks[rows_array], members, bits)
+        cost = warm_unit + caught_unit * np.array(caught, np.int64) + (np.array(preference) << bits) + tie
+        arcs = net.arcs(task_node[rows_array], np.array(heads), 1, cost=-cost)
+        kinds.append((rows_array, arcs, members))
     return kinds
 
 

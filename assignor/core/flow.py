@@ -27,6 +27,10 @@ class FlowNetwork:
         self._nodes += count
         return ids
 
+    @property
+    def node_count(self) -> int:
+        return self._nodes
+
     def supply(self, nodes: IntArray, amounts: IntArray) -> None:
         self._supply_parts.append((np.asarray(nodes, np.int64), np.asarray(amounts, np.int64)))
 
@@ -74,3 +78,15 @@ class FlowNetwork:
 
     def _balanced_without_arcs(self) -> bool:
         return all(not np.asarray(a).any() for _, a in self._supply_parts)
+
+
+def tie_weights(first: IntArray, second: IntArray, bits: int) -> IntArray:
+    """A fixed pseudo-random weight in [0, 2**bits) per pair (a hash): breaks ties between
+    equally good choices the same way every time, whatever the network around them."""
+    with np.errstate(over="ignore"):  # unsigned arithmetic wraps, as a hash wants
+        x = np.asarray(first).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        x += np.asarray(second).astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+        x ^= x >> np.uint64(29)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(32)
+    return (x >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(x.shape, np.int64)

@@ -21,6 +21,10 @@ class StateHolders:
     tasks: np.ndarray
     members: np.ndarray
     fresh: np.ndarray
+    # With warm-ups on: whether each holder is caught up (placing there moves the task now),
+    # and whether it was a standby (or warm-up replica) of the task.
+    caught: np.ndarray | None = None
+    standby: np.ndarray | None = None
 
     @classmethod
     def none(cls) -> StateHolders:
@@ -64,6 +68,14 @@ class StateHolders:
         """member -> freshness of the holders of `task`."""
         a, b = np.searchsorted(self.tasks, [task, task + 1]).tolist()
         return dict(zip(self.members[a:b].tolist(), self.fresh[a:b].tolist(), strict=True))
+
+    def graded(self, task: int) -> list[tuple[int, int, bool, bool]]:
+        """(member, freshness, caught up, was a standby) of the holders of `task` (warm-ups on)."""
+        a, b = np.searchsorted(self.tasks, [task, task + 1]).tolist()
+        no = [False] * (b - a)
+        caught = self.caught[a:b].tolist() if self.caught is not None else no
+        standby = self.standby[a:b].tolist() if self.standby is not None else no
+        return list(zip(self.members[a:b].tolist(), self.fresh[a:b].tolist(), caught, standby, strict=True))
 
     def holds(self, tasks: np.ndarray, members: np.ndarray, member_count: int) -> np.ndarray:
         """Element-wise: does `members[i]` hold the state of `tasks[i]`?"""

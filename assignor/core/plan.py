@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 
 from assignor.core.actives import ActiveProblem, place_actives
+from assignor.core.canonical import canonical_target
 from assignor.core.holders import StateHolders
 from assignor.core.quotas import compute_bounds
 from assignor.core.scenario import Group, Scenario, parse_scenario
 from assignor.core.standbys import StandbyProblem, place_standbys
+from assignor.core.warmups import Holds, hold_moves, task_lags
 
 
 @dataclass(slots=True)
@@ -28,6 +30,8 @@ class PlanStats:
     unassigned: int = 0
     actives: dict[str, int] = field(default_factory=dict)
     standbys: dict[str, int] = field(default_factory=dict)
+    pending: int = 0  # moves held on a caught-up member (warm-ups on)
+    warmups: dict[str, int] = field(default_factory=dict)  # warm-up replicas per member
 
 
 @dataclass(slots=True)
@@ -91,6 +95,8 @@ def _plan(scn: Scenario) -> PlanResult:
     index = _index(scn)
     owner = _fenced_owners(scn, index)
     owner[(owner >= 0) & ~_eligible_for_task(index, owner)] = -1
+    if scn.warmup is not None:
+        return _plan_with_warmups(scn, index, owner)
     warm = _state_holders(scn, index, owner)
     sizes = np.diff(index.offsets)
     bounds = compute_bounds(sizes, index.eligible, [m.capacity for m in scn.members])
@@ -99,6 +105,60 @@ def _plan(scn: Scenario) -> PlanResult:
     standbys = _standbys(scn, index, placed, warm)
     stats = _stats(index, placed, owner, warm, standbys)
     return PlanResult(_render(scn, index, placed, standbys), stats)
+
+
+def _plan_with_warmups(scn: Scenario, index: _Index, owner: np.ndarray) -> PlanResult:
+    """The target as without warm-ups, but with the members of finite lag as the holders of
+    state (least behind first); then the moves to members not caught up are held (W1-W4)."""
+    assert scn.warmup is not None
+    lags = task_lags(scn, scn.warmup, index.groups, index.offsets, index.eligible, owner)
+    warm = lags.holders()
+    bounds = compute_bounds(np.diff(index.offsets), index.eligible, [m.capacity for m in scn.members])
+    problem = ActiveProblem(index.group_of, index.eligible, bounds, owner.copy(), warm)
+    target = canonical_target(problem, place_actives(problem))
+    holds = hold_moves(lags, target, owner, scn.warmup.budget, len(scn.members))
+    warmup_member = holds.warmup_members(len(target))
+    standbys = _standbys(scn, index, holds.placed, warm, warmup_member)
+    stats = _stats(index, holds.placed, owner, warm, standbys)
+    stats.pending = len(holds.moves)
+    stats.warmups = _warmup_counts(index, holds)
+    assignment = _render(scn, index, holds.placed, standbys)
+    _render_warmups(index, holds, assignment)
+    return PlanResult(assignment, stats)
+
+
+def _warmup_counts(index: _Index, holds: Holds) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for move in holds.moves:
+        if move.warmup:
+            name = index.members[move.target]
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _render_warmups(index: _Index, holds: Holds, assignment: dict[str, Any]) -> None:
+    """`members.*.warmup` (changelog topic -> partitions) and `pending_moves`, in task order."""
+    warmups: list[dict[str, list[int]]] = [{} for _ in index.members]
+    pending = []
+    for move in holds.moves:
+        g = int(index.group_of[move.task])
+        group = index.groups[g]
+        partition = move.task - int(index.offsets[g])
+        if move.warmup:
+            for topic in group.changelogs_of(partition):
+                warmups[move.target].setdefault(topic, []).append(partition)
+        pending.append(
+            {
+                "topics": list(group.topics),
+                "partition": partition,
+                "from": index.members[move.holder],
+                "to": index.members[move.target],
+                "warmup": move.warmup,
+            }
+        )
+    for name, entry in zip(index.members, warmups, strict=True):
+        assignment["members"][name]["warmup"] = {t: sorted(ps) for t, ps in sorted(entry.items())}
+    assignment["pending_moves"] = pending
 
 
 def _index(scn: Scenario) -> _Index:
@@ -287,8 +347,14 @@ class _Standbys:
         return np.repeat(self.tasks, lengths), members
 
 
-def _standbys(scn: Scenario, index: _Index, placed: np.ndarray, warm: StateHolders) -> _Standbys:
-    """Standby members of every stateful task that has an owner."""
+def _standbys(
+    scn: Scenario,
+    index: _Index,
+    placed: np.ndarray,
+    warm: StateHolders,
+    warmup_member: np.ndarray | None = None,
+) -> _Standbys:
+    """Standby members of every stateful task that has an owner (never its warm-up member)."""
     none = _Standbys(np.zeros(0, np.int64), [])
     if scn.standby_replicas == 0:
         return none
@@ -315,6 +381,7 @@ def _standbys(scn: Scenario, index: _Index, placed: np.ndarray, warm: StateHolde
         capacity=[m.capacity for m in scn.members],
         previous=_previous_standbys(scn, index, tasks),
         holders=lambda position: warm.get(int(tasks[position])),
+        excluded=None if warmup_member is None else warmup_member[tasks],
     )
     return _Standbys(tasks, place_standbys(problem))
 

@@ -95,6 +95,18 @@ class FlatPartitions:
         return lengths, np.array(self.flat, np.int64)
 
 
+@dataclass(frozen=True, slots=True)
+class WarmupInput:
+    """The optional warm-up fields (KIP-441 style); present only when warm-ups are on."""
+
+    acceptable_lag: int  # records behind a changelog partition's end that still count as caught up
+    budget: int  # warm-up replicas in the whole group at one time
+    end_offsets: Mapping[str, Mapping[int, int]]  # the valid given entries; the rest default
+
+
+DEFAULT_WARMUP_BUDGET = 2
+
+
 @dataclass(slots=True)
 class Scenario:
     topics: dict[str, int]
@@ -102,6 +114,7 @@ class Scenario:
     standby_replicas: int
     members: list[Member]  # sorted by id
     warnings: Warnings = field(default_factory=Warnings)
+    warmup: WarmupInput | None = None  # None: warm-ups off (no acceptable_recovery_lag)
 
     @property
     def max_epoch(self) -> int:
@@ -111,7 +124,7 @@ class Scenario:
 SCENARIO_FIELDS = frozenset(
     {"topics", "copartition_groups", "changelog_topics", "standby_replicas", "members"}
 )
-# The contract's optional warm-up fields (KIP-441 style), which this planner does not implement.
+# The contract's optional warm-up fields (KIP-441 style); acceptable_recovery_lag turns them on.
 WARMUP_FIELDS = frozenset({"acceptable_recovery_lag", "max_warmup_replicas", "changelog_end_offsets"})
 MEMBER_FIELDS = frozenset(
     {"topics", "host", "rack", "capacity", "epoch", "previous_active", "previous_standby", "local_offsets"}
@@ -152,21 +165,82 @@ def parse_scenario(raw: Any) -> Scenario:
         warnings.add("standby", f"standby_replicas {shown(standby)} is not a non-negative integer; using 0")
         standby = 0
     _warn_unknown_fields(raw, warnings)
+    warmup = _parse_warmup(raw, topics, changelogs, warnings)
     members = _parse_members(raw.get("members"), topics, changelogs, warnings)
-    return Scenario(topics, groups, standby, members, warnings)
+    return Scenario(topics, groups, standby, members, warnings, warmup)
 
 
 def _warn_unknown_fields(raw: Mapping[Any, Any], warnings: Warnings) -> None:
-    warmup = sorted(WARMUP_FIELDS.intersection(raw))
-    if warmup:
-        warnings.add(
-            "input",
-            f"warm-up fields {warmup} are not supported by this planner; ignored "
-            "(no warm-up replicas, no pending_moves)",
-        )
     unknown = sorted((k for k in raw if k not in SCENARIO_FIELDS | WARMUP_FIELDS), key=key_order)
     if unknown:
         warnings.add("input", f"unknown fields {[shown(k) for k in unknown]} ignored")
+
+
+def _parse_warmup(
+    raw: Mapping[Any, Any], topics: dict[str, int], changelogs: set[str], warnings: Warnings
+) -> WarmupInput | None:
+    """The warm-up fields: on when `acceptable_recovery_lag` is present (even if bad)."""
+    if "acceptable_recovery_lag" not in raw:
+        ignored = sorted(WARMUP_FIELDS.intersection(raw))
+        if ignored:
+            warnings.add(
+                "warmup",
+                f"warm-up fields {ignored} ignored: warm-ups are off without acceptable_recovery_lag",
+            )
+        return None
+    lag = raw["acceptable_recovery_lag"]
+    if not _is_int(lag) or lag < 0:
+        warnings.add(
+            "warmup", f"acceptable_recovery_lag {shown(lag)} is not a non-negative integer; using 0"
+        )
+        lag = 0
+    budget = raw.get("max_warmup_replicas", DEFAULT_WARMUP_BUDGET)
+    if not _is_int(budget) or budget < 0:
+        warnings.add(
+            "warmup",
+            f"max_warmup_replicas {shown(budget)} is not a non-negative integer; "
+            f"using {DEFAULT_WARMUP_BUDGET}",
+        )
+        budget = DEFAULT_WARMUP_BUDGET
+    ends = _parse_end_offsets(raw.get("changelog_end_offsets"), topics, changelogs, warnings)
+    return WarmupInput(lag, budget, ends)
+
+
+def _parse_end_offsets(
+    raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
+) -> dict[str, dict[int, int]]:
+    """topic -> partition -> end offset; a bad entry is a warning and falls back to the highest
+    offset a member reports (so it is simply left out here)."""
+    if raw is None:
+        return {}
+    if not _is_mapping(raw):
+        warnings.add("warmup", "changelog_end_offsets is not an object; using the highest reported offsets")
+        return {}
+    result: dict[str, dict[int, int]] = {}
+    for topic in _sorted_keys(raw):
+        entries = raw[topic]
+        if topic not in changelogs or not _is_mapping(entries):
+            what = "not a changelog topic" if topic not in changelogs else "not an object"
+            warnings.add("warmup", f"changelog_end_offsets[{shown(topic)}] ignored: {what}")
+            continue
+        offsets: dict[int, int] = {}
+        for key in sorted(entries, key=key_order):
+            offset = entries[key]
+            partition = _partition_key(key)
+            if partition is None or not 0 <= partition < topics[topic] or partition in offsets:
+                reason = "given twice" if partition in offsets else "not a partition of the topic"
+                warnings.add("warmup", f"changelog_end_offsets[{topic!r}][{shown(key)}] ignored: {reason}")
+            elif not _is_int(offset) or not 0 <= offset <= MAX_OFFSET:
+                warnings.add(
+                    "warmup",
+                    f"changelog_end_offsets[{topic!r}][{shown(key)}] = {shown(offset)} is not an offset; "
+                    "using the highest reported offset",
+                )
+            else:
+                offsets[partition] = offset
+        if offsets:
+            result[topic] = offsets
+    return result
 
 
 def _parse_topics(raw: Any, warnings: Warnings) -> dict[str, int]:

@@ -46,6 +46,13 @@ class StandbyProblem:
     capacity: list[Fraction]  # (M,)
     previous: tuple[np.ndarray, np.ndarray]  # (task, member) pairs of previous standbys
     holders: Callable[[int], Iterable[int]]  # members holding a task's state (for the fill)
+    # (S,) a member that may not stand by for the task (its warm-up replica), -1 for none;
+    # None: no task has one (warm-ups off)
+    excluded: np.ndarray | None = None
+
+    def barred(self, task: int, member: int) -> bool:
+        """Whether `member` is the task's warm-up member (which takes no standby of it)."""
+        return self.excluded is not None and int(self.excluded[task]) == member
 
 
 def categories(problem: StandbyProblem, active: np.ndarray, member: np.ndarray) -> np.ndarray:
@@ -67,7 +74,10 @@ def place_standbys(problem: StandbyProblem) -> list[list[int]]:
     tasks = len(problem.groups)
     eligible_count = problem.eligible.sum(axis=1)
     replicas = min(problem.replicas, problem.eligible.shape[1])  # R is unbounded; numpy is not
-    need = np.minimum(replicas, eligible_count[problem.groups] - 1).clip(min=0)
+    others = eligible_count[problem.groups] - 1
+    if problem.excluded is not None:
+        others = others - (problem.excluded >= 0)  # the warm-up member plays a standby's part
+    need = np.minimum(replicas, others).clip(min=0)
     quota = _quotas(problem, need)
     chosen, kept = _keep_previous(problem, need, quota)
     loads = _Loads(problem, chosen, np.bincount(kept, minlength=problem.eligible.shape[1]), int(need.sum()))
@@ -99,6 +109,12 @@ def _quotas(problem: StandbyProblem, need: np.ndarray) -> np.ndarray:
         pair_count = _lookup(pair_keys, pair_counts, a_host * racks + a_rack)
         same_rack_other_host = np.where(a_rack >= 0, by_rack[np.maximum(a_rack, 0)] - pair_count, 0)
         other = len(members) - 1 - same_host - same_rack_other_host
+        if problem.excluded is not None:  # the warm-up member is no candidate: one fewer in its category
+            barred = problem.excluded[rows]
+            has = barred >= 0
+            category = categories(problem, active, np.maximum(barred, 0))
+            other = other - (has & (category == 0))
+            same_rack_other_host = same_rack_other_host - (has & (category == 1))
         k = need[rows]
         off_rack = np.minimum(k, other)
         off_host = np.minimum(k, other + same_rack_other_host) - off_rack
@@ -132,6 +148,8 @@ def _keep_previous(
     task, member = pairs // members, pairs % members
     active = problem.active[task]
     usable = (member != active) & problem.eligible[problem.groups[task], member] & (need[task] > 0)
+    if problem.excluded is not None:
+        usable &= member != problem.excluded[task]
     task, member, active = task[usable], member[usable], active[usable]
     category = categories(problem, active, member)
     order = np.lexsort((member, category, task))
@@ -251,6 +269,7 @@ def _fill(
                     and bool(eligible[m])
                     and m not in chosen
                     and _category(problem, active, m) == category
+                    and not problem.barred(task, m)
                 )
 
             pick = _prefer_state_holder(holders, fits, loads, loads.best(fits, spread_from=active))
@@ -357,7 +376,13 @@ class _PathSearch:
             for m in unvisited[rack]:
                 if m in visited:
                     continue
-                if m == active or m in taken or not eligible[m] or _category(problem, active, m) > worst:
+                if (
+                    m == active
+                    or m in taken
+                    or not eligible[m]
+                    or _category(problem, active, m) > worst
+                    or problem.barred(task, m)
+                ):
                     waiting.append(m)
                     continue
                 visited.add(m)

@@ -1,0 +1,326 @@
+"""The contract's warm-up rules W1-W5 (docs/scenario-format.md, "Warm-up replicas"), checked
+with hypothesis against independent checks (tests/planner_checks.py), plus examples."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assignor import plan
+from tests import planner_checks as check
+from tests.planner_strategies import warmup_scenarios
+from tests.test_planner_properties import _shuffled
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _budget(scn: dict[str, Any]) -> int:
+    return int(scn.get("max_warmup_replicas", 2))
+
+
+def _previous_owner(scn: dict[str, Any], task: check.Task) -> str | None:
+    """The fenced previous owner, if it may still own the task."""
+    owner = check.fenced_claims(scn).get(task)
+    group = check.groups_of(scn)[task[0]]
+    return owner if owner in check.eligible(scn, group) else None
+
+
+def _pending_by_task(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[check.Task, dict[str, Any]]:
+    moves = assignment["pending_moves"]
+    by_task = {check.task_of(scn, m["topics"], m["partition"]): m for m in moves}
+    assert len(by_task) == len(moves), "a task is pending at most once"
+    return by_task
+
+
+# -- the output's shape ---------------------------------------------------------------------
+
+
+@FAST
+@given(warmup_scenarios())
+def test_output_keys_and_pending_moves_sorted(scn: dict[str, Any]) -> None:
+    result = plan(scn)
+    assert set(result) == {"epoch", "members", "unassigned", "warnings", "pending_moves"}
+    for entry in result["members"].values():
+        assert set(entry) == {"active", "standby", "warmup"}
+        for partitions in entry["warmup"].values():
+            assert partitions == sorted(set(partitions))
+    keys = [(m["topics"][0], m["partition"]) for m in result["pending_moves"]]
+    assert keys == sorted(keys)
+    for move in result["pending_moves"]:
+        assert move["topics"] == sorted(move["topics"]) and move["from"] != move["to"]
+        assert set(move) == {"topics", "partition", "from", "to", "warmup"}
+
+
+# -- W1: the target -------------------------------------------------------------------------
+
+
+@FAST
+@given(warmup_scenarios(uniform=True))
+def test_w1_target_is_valid_copartitioned_and_balanced(scn: dict[str, Any]) -> None:
+    target = check.target_owners(scn, plan(scn))
+    assert check.is_balanced(scn, target)
+
+
+@FAST
+@given(warmup_scenarios())
+def test_w1_target_follows_kip54_with_unequal_subscriptions(scn: dict[str, Any]) -> None:
+    for move in (scn["members"].values()):
+        move["capacity"] = 1
+    target = check.target_owners(scn, plan(scn))
+    _, total = check.counts(target)
+    groups = check.groups_of(scn)
+    for (g, _), holder in target.items():
+        for other in check.eligible(scn, groups[g]):
+            assert total.get(other, 0) >= total[holder] - 1, (holder, other, total)
+
+
+@settings(max_examples=120, deadline=None)
+@given(warmup_scenarios(max_members=3, max_partitions=4, uniform=True, lone_topics=False))
+def test_w1_target_sticky_and_warm_as_the_exhaustive_oracle(scn: dict[str, Any]) -> None:
+    """Holders of state are the members of finite lag (a standby without offsets is empty)."""
+    target = check.target_owners(scn, plan(scn))
+    held = check.warm_holders(scn)
+    assert check.kept_and_warm_with_lags(scn, target, held) == check.oracle_best_with_lags(scn)
+
+
+# -- W2: no cold move while a warm owner exists -----------------------------------------------
+
+
+@FAST
+@given(warmup_scenarios())
+def test_w2_a_move_to_a_member_not_caught_up_is_held_on_a_caught_up_one(scn: dict[str, Any]) -> None:
+    result = plan(scn)
+    output = check.task_owner(scn, result)
+    target = check.target_owners(scn, result)
+    pending = _pending_by_task(scn, result)
+    groups = check.groups_of(scn)
+    for task, to in target.items():
+        previous = _previous_owner(scn, task)
+        caught = [m for m in check.eligible(scn, groups[task[0]]) if check.caught_up(scn, task, m)]
+        held = (
+            check.is_stateful(scn, task) and to != previous and not check.caught_up(scn, task, to) and caught
+        )
+        if not held:
+            assert task not in pending and output[task] == to, (task, to, previous, caught)
+            continue
+        assert task in pending, f"task {task} moves to {to}, not caught up, while {caught} are"
+        holder = output[task]
+        if previous is not None:
+            assert holder == previous
+        else:
+            assert holder in caught
+            assert check.lag(scn, task, holder) == min(check.lag(scn, task, m) for m in caught)
+
+
+# -- W3: the budget ---------------------------------------------------------------------------
+
+
+@FAST
+@given(warmup_scenarios())
+def test_w3_the_budget_goes_to_the_least_behind_targets_first(scn: dict[str, Any]) -> None:
+    result = plan(scn)
+    moves = result["pending_moves"]
+    warm = [m for m in moves if m["warmup"]]
+    assert len(warm) == min(_budget(scn), len(moves))
+    order = [check.task_of(scn, m["topics"], m["partition"]) for m in moves]
+
+    def rank(i: int) -> tuple[float, int]:
+        return check.lag(scn, order[i], moves[i]["to"]), i
+
+    by_rank = sorted(range(len(moves)), key=rank)
+    assert {i for i in by_rank[: len(warm)]} == {i for i, m in enumerate(moves) if m["warmup"]}
+    expected = {order[i]: {m["to"]} for i, m in enumerate(moves) if m["warmup"]}
+    assert check.warmups_of(scn, result) == expected
+
+
+# -- W4: placement ----------------------------------------------------------------------------
+
+
+@FAST
+@given(warmup_scenarios())
+def test_w4_warm_ups_are_off_the_active_and_not_standbys(scn: dict[str, Any]) -> None:
+    result = plan(scn)
+    owners = check.task_owner(scn, result)
+    warmups = check.warmups_of(scn, result)
+    replicas = scn["standby_replicas"]
+    groups = check.groups_of(scn)
+    for task, owner in owners.items():
+        if not check.is_stateful(scn, task):
+            continue
+        warm = warmups.get(task, set())
+        standbys = check.standbys_of(scn, result, task)
+        assert owner not in warm and not warm & standbys and owner not in standbys
+        candidates = check.eligible(scn, groups[task[0]])
+        k = min(replicas, len(candidates) - 1 - len(warm))
+        assert len(standbys) == max(k, 0), (task, standbys, warm, k)
+        host = check._host(scn["members"], owner)
+        off_host = [m for m in candidates if m != owner and m not in warm and check._host(scn["members"], m) != host]
+        assert sum(1 for m in standbys if check._host(scn["members"], m) != host) == min(max(k, 0), len(off_host))
+
+
+# -- W5: convergence --------------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(warmup_scenarios())
+def test_w5_feeding_back_completes_warm_ups_and_converges(scn: dict[str, Any]) -> None:
+    result = plan(scn)
+    budget = _budget(scn)
+    first = len(result["pending_moves"])
+    if budget == 0:  # nothing moves: the same output (unless a hold made a new previous owner)
+        pending = _pending_by_task(scn, result)
+        if not any(move["from"] != _previous_owner(scn, task) for task, move in pending.items()):
+            again = plan(check.feed_back_warmups(scn, result))
+            assert again["members"] == result["members"]
+            assert again["pending_moves"] == result["pending_moves"]
+        return
+    limit = math.ceil(first / budget) + 1
+    rounds = 0
+    while result["pending_moves"]:
+        assert rounds < limit, f"still {len(result['pending_moves'])} pending after {rounds} rounds"
+        scn, result = _next_round(scn, result)
+        rounds += 1
+    fed = plan(check.feed_back_warmups(scn, result))
+    assert fed["members"] == result["members"] and fed["pending_moves"] == []
+
+
+def _next_round(scn: dict[str, Any], result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One W5 round, checked: warm-up moves complete, no move is added, the target stays."""
+    pending = _pending_by_task(scn, result)
+    target = check.target_owners(scn, result)
+    fed = check.feed_back_warmups(scn, result)
+    again = plan(fed)
+    owners = check.task_owner(fed, again)
+    for task, move in pending.items():
+        if move["warmup"]:
+            assert owners[task] == move["to"], f"warm-up move {move} not completed"
+    assert set(_pending_by_task(fed, again)) <= set(pending), "a pending move was added"
+    held_elsewhere = any(move["from"] != _previous_owner(scn, task) for task, move in pending.items())
+    if not held_elsewhere:
+        assert check.target_owners(fed, again) == target
+    return fed, again
+
+
+# -- determinism, bad input -------------------------------------------------------------------
+
+
+@FAST
+@given(warmup_scenarios(), st.randoms(use_true_random=False))
+def test_deterministic_whatever_the_json_order(scn: dict[str, Any], rnd: random.Random) -> None:
+    assert plan(_shuffled(scn, rnd)) == plan(scn)
+
+
+BAD_WARMUP_INPUT = [
+    ({"acceptable_recovery_lag": -1}, "acceptable_recovery_lag -1", 0, 2),
+    ({"acceptable_recovery_lag": 1.5}, "acceptable_recovery_lag 1.5", 0, 2),
+    ({"acceptable_recovery_lag": None}, "acceptable_recovery_lag None", 0, 2),
+    ({"acceptable_recovery_lag": 50, "max_warmup_replicas": -3}, "max_warmup_replicas -3", 50, 2),
+    ({"acceptable_recovery_lag": 50, "max_warmup_replicas": "1"}, "max_warmup_replicas '1'", 50, 2),
+    ({"acceptable_recovery_lag": 50, "max_warmup_replicas": True}, "max_warmup_replicas True", 50, 2),
+]
+
+
+def _restart_scenario(extra: dict[str, Any]) -> dict[str, Any]:
+    """w0 owned every task; w1 and w2 join, w1 with state 30 records behind on partition 0."""
+    topics = ["a", "a-changelog"]
+    offsets = {str(p): 1000 for p in range(6)}
+    return {
+        "topics": {"a": 6, "a-changelog": 6},
+        "copartition_groups": [topics],
+        "changelog_topics": ["a-changelog"],
+        "members": {
+            "w0": {"topics": topics, "epoch": 1, "previous_active": {"a": list(range(6))},
+                   "local_offsets": {"a-changelog": offsets}},  # fmt: skip
+            "w1": {"topics": topics, "local_offsets": {"a-changelog": {"0": 970}}},
+            "w2": {"topics": topics},
+        },
+        **extra,
+    }
+
+
+def test_bad_warm_up_values_are_warnings_and_defaults() -> None:
+    for extra, shown, lag, budget in BAD_WARMUP_INPUT:
+        result = plan(_restart_scenario(extra))
+        assert any(shown in w for w in result["warnings"]), (extra, result["warnings"])
+        warm = [m for m in result["pending_moves"] if m["warmup"]]
+        assert len(warm) == min(budget, len(result["pending_moves"])), extra
+        # w1 is 30 behind on partition 0: caught up only if the lag used allows 30.
+        assert any(m["partition"] == 0 for m in result["pending_moves"]) == (lag < 30), (extra, result)
+
+
+def test_malformed_end_offsets_fall_back_to_the_highest_reported() -> None:
+    for ends in ("x", {"a": {"0": 5}}, {"a-changelog": "x"}, {"a-changelog": {"0": -5, "x": 1, "9": 1}}):
+        result = plan(_restart_scenario({"acceptable_recovery_lag": 50, "changelog_end_offsets": ends}))
+        assert any("changelog_end_offsets" in w for w in result["warnings"]), ends
+        assert not any(m["partition"] == 0 for m in result["pending_moves"]), (ends, result)
+    given = plan(_restart_scenario({"acceptable_recovery_lag": 50, "changelog_end_offsets": {"a-changelog": {"0": 1100}}}))
+    assert given["warnings"] == [] and any(m["partition"] == 0 for m in given["pending_moves"])
+
+
+# -- examples -----------------------------------------------------------------------------------
+
+
+def _scale_out(members: int, partitions: int, budget: int) -> dict[str, Any]:
+    """`members` workers own every task with one standby each, all caught up; one more joins."""
+    topics = ["clicks", "impressions", "joins-changelog"]
+    scenario: dict[str, Any] = {"topics": {t: partitions for t in topics}, "copartition_groups": [topics],
+                                "changelog_topics": ["joins-changelog"], "standby_replicas": 1}  # fmt: skip
+    first = plan({**scenario, "members": {f"w{i}": {"topics": topics} for i in range(members)}})
+    scenario["members"] = {
+        name: {
+            "topics": topics,
+            "epoch": first["epoch"],
+            "previous_active": entry["active"],
+            "previous_standby": entry["standby"],
+            "local_offsets": {"joins-changelog": {
+                str(p): 50_000 for p in entry["active"].get("joins-changelog", []) + entry["standby"].get("joins-changelog", [])
+            }},  # fmt: skip
+        }
+        for name, entry in first["members"].items()
+    }
+    scenario["members"]["new"] = {"topics": topics}
+    return scenario | {"acceptable_recovery_lag": 100, "max_warmup_replicas": budget}
+
+
+def test_scale_out_moves_nothing_cold_and_converges_in_the_promised_rounds() -> None:
+    scn = _scale_out(members=3, partitions=12, budget=2)
+    result = plan(scn)
+    assert result["members"]["new"]["active"] == {}, "nothing moves to the new member cold"
+    moves = result["pending_moves"]
+    assert len(moves) == 3 and sum(m["warmup"] for m in moves) == 2
+    assert all(m["to"] == "new" for m in moves)
+    rounds = 0
+    while result["pending_moves"]:
+        scn, result = _next_round(scn, result)
+        rounds += 1
+    assert rounds <= math.ceil(3 / 2) + 1
+    assert len(result["members"]["new"]["active"]["joins-changelog"]) == 3
+
+
+def test_with_warm_ups_off_nothing_in_the_output_changes() -> None:
+    scn = _scale_out(members=3, partitions=12, budget=2)
+    for key in ("acceptable_recovery_lag", "max_warmup_replicas"):
+        del scn[key]
+    result = plan(scn)
+    assert set(result) == {"epoch", "members", "unassigned", "warnings"}
+    assert all(set(entry) == {"active", "standby"} for entry in result["members"].values())
+    assert len(result["members"]["new"]["active"]["joins-changelog"]) == 3  # moved cold, at once
+
+
+def test_cli_summary_shows_warm_ups_and_pending_moves() -> None:
+    scn = _scale_out(members=3, partitions=8, budget=1)
+    out = subprocess.run(
+        [sys.executable, "-m", "assignor", "plan", "-", "--summary"],
+        input=json.dumps(scn), capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "warm-ups" in out.splitlines()[0]
+    assert "pending moves 2 (warming up 1, waiting 1)" in out
+    assert "moves to new once caught up (warm-up replica)" in out
+    assert "moves to new once caught up (waits for a warm-up slot)" in out
