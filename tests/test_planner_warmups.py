@@ -374,3 +374,29 @@ def test_cli_summary_shows_warm_ups_and_pending_moves() -> None:
     assert "pending moves 2 (warming up 1, waiting 1)" in out
     assert "moves to new once caught up (warm-up replica)" in out
     assert "moves to new once caught up (waits for a warm-up slot)" in out
+
+
+def test_among_caught_up_holders_the_freshest_takes_a_task_then_a_previous_standby() -> None:
+    """W1's reading of property 5: caught-up first, then the freshest (a standby only breaks a tie)."""
+    topics = ["a", "a-changelog"]
+
+    def owner_left(other: int) -> dict[str, Any]:
+        """The owner left; ws was its standby, 50 behind; wa (lower id) reports `other`."""
+        return {
+            "topics": {"a": 1, "a-changelog": 1},
+            "copartition_groups": [topics],
+            "changelog_topics": ["a-changelog"],
+            "members": {
+                "wa": {"topics": topics, "local_offsets": {"a-changelog": {"0": other}}},
+                "ws": {"topics": topics, "previous_standby": {"a-changelog": [0]},
+                       "local_offsets": {"a-changelog": {"0": 950}}},  # fmt: skip
+            },
+            "acceptable_recovery_lag": 100,
+            "changelog_end_offsets": {"a-changelog": {"0": 1000}},
+        }
+
+    fresher = plan(owner_left(1000))
+    assert fresher["members"]["wa"]["active"] == {"a": [0], "a-changelog": [0]}
+    assert fresher["pending_moves"] == []
+    tied = plan(owner_left(950))
+    assert tied["members"]["ws"]["active"] == {"a": [0], "a-changelog": [0]}
