@@ -371,7 +371,7 @@ def test_cli_summary_shows_warm_ups_and_pending_moves() -> None:
         input=json.dumps(scn), capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "warm-ups" in out.splitlines()[0]
-    assert "pending moves 2 (warming up 1, waiting 1)" in out
+    assert "pending moves 2 (warming up 1, waiting 1), balance spread once done 0" in out
     assert "moves to new once caught up (warm-up replica)" in out
     assert "moves to new once caught up (waits for a warm-up slot)" in out
 
