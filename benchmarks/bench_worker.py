@@ -184,6 +184,7 @@ async def run_pipeline(
     ).start()
     first: tuple[float, int, float] | None = None
     last: tuple[float, int, float] | None = None
+    first_read_at: float | None = None  # wall clock of the first poll that saw a record read
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -195,6 +196,8 @@ async def run_pipeline(
                 # From the first poll that saw it ready (normally before its first fetch).
                 first = first or (now, read, cpu)
                 last = (now, read, cpu)
+                if read > 0 and first_read_at is None:
+                    first_read_at = time.time()
                 if read >= total and (name not in JOINING or results_out(view) >= joins):
                     break
             await asyncio.sleep(POLL_S)
@@ -210,7 +213,24 @@ async def run_pipeline(
     records, wall, cpu = last[1] - first[1], last[0] - first[0], last[2] - first[2]
     if records <= 0 or wall <= 0:
         raise RuntimeError(f"{name}: read everything between two polls; give it more --impressions")
-    return {"records": records, "wall": wall, "cpu": cpu, "results": results, "late": late, "forced": forced}
+    return {
+        "records": records, "wall": wall, "cpu": cpu, "results": results, "late": late, "forced": forced,
+        "start_s": _assigned_to_first_read(join, first_read_at),
+    }  # fmt: skip
+
+
+def _start_note(run: dict[str, Any]) -> str:
+    start = run.get("start_s")
+    return f", first record read {start:.2f} s after the assignment" if start is not None else ""
+
+
+def _assigned_to_first_read(join: dict[str, Any], first_read_at: float | None) -> float | None:
+    """Seconds from the worker's last assignment (its view's rebalance history) to the
+    first poll that saw a record read (within the 0.1 s poll); None if either is unknown."""
+    history = join.get("rebalance_history") or []
+    if not history or first_read_at is None:
+        return None
+    return first_read_at - float(history[-1]["at"])
 
 
 async def bench(impressions: int, rounds: int, timeout: float) -> list[str]:
@@ -236,6 +256,7 @@ async def bench(impressions: int, rounds: int, timeout: float) -> list[str]:
                     f"{name} round {n + 1}: {wall_rate:,.0f}/s wall, {cpu_us:.1f} µs CPU per record "
                     f"({run['records']:,} records timed), {run['results']:,} results, {run['late']:,} "
                     f"late, {run['forced']:,} released before their turn"
+                    + _start_note(run)
                 )
                 per_round[-1][name] = wall_rate
                 old = best.get(name, (0.0, float("inf")))
