@@ -400,3 +400,24 @@ def test_among_caught_up_holders_the_freshest_takes_a_task_then_a_previous_stand
     assert fresher["pending_moves"] == []
     tied = plan(owner_left(950))
     assert tied["members"]["ws"]["active"] == {"a": [0], "a-changelog": [0]}
+
+
+def test_a_caught_up_warm_up_takes_its_task_not_another_it_is_as_fresh_on() -> None:
+    """w1 is at the end of task 0 and warms up task 1 (held on w0, no previous owner): fed
+    back, w0 owns both and w1 is as fresh on both; the move with the warm-up completes."""
+    topics = ["clicks", "impressions", "joins-changelog"]
+    scn: dict[str, Any] = {
+        "topics": {t: 2 for t in topics},
+        "copartition_groups": [topics],
+        "changelog_topics": ["joins-changelog"],
+        "members": {
+            "w0": {"topics": topics, "previous_active": {"joins-changelog": [0]},
+                   "local_offsets": {"joins-changelog": {"0": 0, "1": 0}}},  # fmt: skip
+            "w1": {"topics": topics, "local_offsets": {"joins-changelog": {"0": 0}}},
+        },
+        "acceptable_recovery_lag": 0,
+    }
+    result = plan(scn)
+    assert [(m["partition"], m["to"], m["warmup"]) for m in result["pending_moves"]] == [(1, "w1", True)]
+    scn, result = _next_round(scn, result)
+    assert result["pending_moves"] == [] and result["members"]["w1"]["active"]["joins-changelog"] == [1]

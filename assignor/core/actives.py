@@ -233,7 +233,7 @@ def _graded_task_arcs(
     levels = 1 + problem.warm.most()
     nodes = net.node_count + 1
     for bits in TIE_BITS:
-        score = levels << bits  # per arc: freshness rank (standby on ties), then the tie weight
+        score = (2 * levels) << bits  # per arc: freshness rank and standby, then the tie weight
         caught_unit = n * score + 1
         warm_unit = n * (caught_unit + score) + 1
         keep_unit = n * (warm_unit + caught_unit + score) + 1
@@ -241,8 +241,8 @@ def _graded_task_arcs(
             break
     else:
         bits, caught_unit = 0, 0
-        warm_unit = n * levels + 1
-        keep_unit = n * (warm_unit + levels) + 1
+        warm_unit = n * 2 * levels + 1
+        keep_unit = n * (warm_unit + 2 * levels) + 1
     owner = problem.owner[flow_tasks]
     groups = group_of[flow_tasks]
     own_slot = np.where(owner >= 0, slot_of[groups, np.maximum(owner, 0)], -1)
@@ -251,14 +251,16 @@ def _graded_task_arcs(
     warm_rows, heads, targets, preference, caught = [], [], [], [], []
     for i, task in enumerate(flow_tasks.tolist()):
         # The freshest first; among equally fresh, a previous standby (a warm-up that caught up).
+        # Across tasks, at equal rank, a move onto a previous standby wins (+1): the warm-up
+        # that caught up takes its task rather than another the counts would equally allow.
         ranked = sorted(problem.warm.graded(task), key=lambda c: (-c[1], not c[3], c[0]))
-        for rank, (member, _, is_caught, _) in enumerate(ranked):
+        for rank, (member, _, is_caught, was_standby) in enumerate(ranked):
             target_slot = int(slot_of[groups[i], member])
             if target_slot >= 0:
                 warm_rows.append(i)
                 heads.append(target_slot)
                 targets.append(member)
-                preference.append(levels - 1 - rank)
+                preference.append(2 * (levels - 1 - rank) + was_standby)
                 caught.append(is_caught)
     if warm_rows:
         rows_array, members = np.array(warm_rows), np.array(targets)
