@@ -197,25 +197,61 @@ def _next_round(scn: dict[str, Any], result: dict[str, Any]) -> tuple[dict[str, 
     """One W5 round, checked: warm-up moves complete, no move is added, the target stays.
 
     When a task was held on a member other than its previous owner, that member becomes its
-    previous owner and the target may change (the contract's exception; see
-    test_w5_two_first_rounds_can_feed_back_the_same_input for why no planner can do better):
-    then what is promised is that the warm-up moves complete and the pending moves left are
-    at most the ones that waited without a warm-up."""
+    previous owner and the target may change (the contract's exception): no tie-break can keep
+    it (test_w5_two_first_rounds_can_feed_back_the_same_input), and exact stickiness may even
+    keep a warm-up's task where it was held (test_w5_a_hold_on_a_non_owner_can_outweigh_a_warm_up).
+    Then what holds is that the pending count does not grow; the caller checks the bound."""
     pending = _pending_by_task(scn, result)
     target = check.target_owners(scn, result)
     fed = check.feed_back_warmups(scn, result)
     again = plan(fed)
+    now = _pending_by_task(fed, again)
+    assert len(now) <= len(pending), "a pending move was added"
+    held_elsewhere = any(move["from"] != _previous_owner(scn, task) for task, move in pending.items())
+    if held_elsewhere:
+        return fed, again
     owners = check.task_owner(fed, again)
     warmed = [task for task, move in pending.items() if move["warmup"]]
     for task in warmed:
         assert owners[task] == pending[task]["to"], f"warm-up move {pending[task]} not completed"
-    now = _pending_by_task(fed, again)
-    assert len(now) <= len(pending) - len(warmed), "a pending move was added"
-    held_elsewhere = any(move["from"] != _previous_owner(scn, task) for task, move in pending.items())
-    if not held_elsewhere:
-        assert set(now) <= set(pending), "a pending move was added"
-        assert check.target_owners(fed, again) == target
+    assert set(now) <= set(pending), "a pending move was added"
+    assert len(now) <= len(pending) - len(warmed)
+    assert check.target_owners(fed, again) == target
     return fed, again
+
+
+def test_w5_a_hold_on_a_non_owner_can_outweigh_a_warm_up() -> None:
+    """w1 owned join task 0 and holds the lone ledger task's state; w2 holds the join's state;
+    w0 (join only) is empty. Balance sends join 1 to w0 (held on w2) and the ledger task to w2
+    (held on w1), both warming up. Fed back, w2 owns join 1 and w1 the ledger task: keeping
+    both (the exact stickiness of W1) beats completing the warm-ups, so w0 takes join 0 next."""
+    join = ["clicks", "impressions", "joins-changelog"]
+    everything = [*join, "ledger-changelog"]
+    scn: dict[str, Any] = {
+        "topics": {"clicks": 2, "impressions": 2, "joins-changelog": 2, "ledger-changelog": 1},
+        "copartition_groups": [join],
+        "changelog_topics": ["joins-changelog", "ledger-changelog"],
+        "members": {
+            "w0": {"topics": join},
+            "w1": {"topics": everything, "previous_active": {"clicks": [0]},
+                   "local_offsets": {"ledger-changelog": {"0": 0}}},  # fmt: skip
+            "w2": {"topics": everything, "local_offsets": {"joins-changelog": {"0": 0, "1": 0}}},
+        },
+        "acceptable_recovery_lag": 0,
+    }
+
+    def moves(result: dict[str, Any]) -> list[tuple[str, int, str, str, bool]]:
+        pending = result["pending_moves"]
+        return [(m["topics"][0], m["partition"], m["from"], m["to"], m["warmup"]) for m in pending]
+
+    result = plan(scn)
+    assert moves(result) == [("clicks", 1, "w2", "w0", True), ("ledger-changelog", 0, "w1", "w2", True)]
+    scn, result = _next_round(scn, result)
+    assert moves(result) == [("clicks", 0, "w1", "w0", True)]
+    kept = check.kept_and_warm_with_lags(scn, check.target_owners(scn, result), check.warm_holders(scn))
+    assert kept[0] == 2, "the target keeps join 1 on w2 and the ledger task on w1"
+    scn, result = _next_round(scn, result)
+    assert result["pending_moves"] == [] and result["members"]["w0"]["active"]["clicks"] == [0]
 
 
 def _four_tasks(owned: int, w1: dict[str, int], w2: dict[str, int]) -> dict[str, Any]:
