@@ -62,6 +62,8 @@ _INTERNALS: list[tuple[Any, str]] = [
     (FaustConsumer, "wait_empty"),
     (AIOKafkaConsumerThread, "_create_worker_consumer"),
     (AIOKafkaConsumerThread, "_highwaters"),
+    (AIOKafkaConsumerThread, "call_thread"),
+    (AIOKafkaConsumerThread, "seek"),
     (gc.CoordinatorGroupRebalance, "perform_group_join"),
     (gc.CoordinatorGroupRebalance, "_on_join_follower"),
     (gc.CoordinatorGroupRebalance, "_on_join_leader"),
@@ -86,6 +88,17 @@ def check() -> None:
 
 
 # -- the consumer ------------------------------------------------------------------
+
+
+async def seek(app: AppT, tp: TP, offset: int) -> None:
+    """Set an input partition's next fetch to `offset`, as Faust's `Consumer.seek` does, but
+    on the consumer's own thread: Faust calls aiokafka's seek from the app's event loop,
+    racing the consumer thread as it drains that partition's fetched records (aiokafka's
+    fetcher then fails with a KeyError, and Faust's Fetcher service crashes)."""
+    consumer = app.consumer
+    thread = consumer._thread  # type: ignore[attr-defined]
+    await thread.call_thread(thread.seek, tp, offset)
+    consumer._read_offset[tp] = offset if offset else None  # type: ignore[attr-defined]
 
 
 class RecordTaker(Protocol):

@@ -165,6 +165,7 @@ class JoinRunner:
         self.feed = Feed()
         self.outbox: list[Outgoing] = []
         self._queue: asyncio.Queue[dict[TP, list[ConsumerRecord]]] = asyncio.Queue(maxsize=8)
+        self._leftover: deque[dict[TP, list[ConsumerRecord]]] = deque()  # the rest of a cut fetch
         self._working = asyncio.Lock()
         self._revoking = False
         self._loop_task: asyncio.Task[None] | None = None
@@ -216,35 +217,54 @@ class JoinRunner:
             now = time.monotonic()
             for tp in records:
                 monitor.stream_inbound_time[tp] = now
-        # A fetch can hold tens of thousands of records (a backlog): joined in one go it
-        # would keep the event loop (web view, metrics, timers) waiting for seconds.
-        chunks = split_fetch(records, self.runtime.settings.batch_max_records)
-        for n, chunk in enumerate(chunks):
-            if self._revoking:
-                await self.dropped(merge_fetches(chunks[n:]))
-                return
-            await self._queue.put(chunk)
+        await self._queue.put(records)
 
     async def _run(self) -> None:
-        limit = self.runtime.settings.batch_max_records
         while True:
-            try:
-                first = await asyncio.wait_for(self._queue.get(), ALIGN_CHECK_S)
-            except TimeoutError:
-                first = {}
-            fetches, count = [first], sum(map(len, first.values()))
-            while count < limit and not self._queue.empty():
-                fetch = self._queue.get_nowait()
-                fetches.append(fetch)
-                count += sum(map(len, fetch.values()))
+            batch = await self._next_batch(self.runtime.settings.batch_max_records)
             async with self._working:
                 if self._revoking or self.state is None:
+                    await self.dropped(merge_fetches(batch))  # taken after the quiesce drained
                     continue
                 try:
-                    await self._process(fetches)
+                    await self._process(batch)
                 except Exception as exc:
                     await self._fail(exc)
                     return
+
+    async def _next_batch(self, limit: int) -> list[dict[TP, list[ConsumerRecord]]]:
+        """Whole fetches up to `limit` records; a larger fetch (a backlog can hold tens of
+        thousands) is cut, its rest kept for the next batches, so that no batch holds the
+        event loop (web view, metrics, timers) for seconds. Empty after ALIGN_CHECK_S
+        without input (held records are looked at then)."""
+        if self._leftover:
+            fetch = self._leftover.popleft()
+        else:
+            try:
+                fetch = await asyncio.wait_for(self._queue.get(), ALIGN_CHECK_S)
+            except TimeoutError:
+                return [{}]
+        batch: list[dict[TP, list[ConsumerRecord]]] = []
+        count = 0
+        while True:
+            size = sum(map(len, fetch.values()))
+            if batch and count + size > limit:
+                self._leftover.appendleft(fetch)
+                return batch
+            if size > limit:
+                first, *rest = split_fetch(fetch, limit)
+                self._leftover.extendleft(reversed(rest))
+                fetch, size = first, limit
+            batch.append(fetch)
+            count += size
+            if count >= limit:
+                return batch
+            if self._leftover:
+                fetch = self._leftover.popleft()
+            elif not self._queue.empty():
+                fetch = self._queue.get_nowait()
+            else:
+                return batch
 
     async def _fail(self, exc: Exception) -> None:
         """A batch could not be written (broker or disk) or its state read: nothing of it was
@@ -595,8 +615,12 @@ class JoinRunner:
             await self._working.acquire()
         try:
             restart = dict(self.commit_at)
+            queued = list(self._leftover)  # cut from fetches taken before those still queued
+            self._leftover.clear()
             while not self._queue.empty():
-                for tp, records in self._queue.get_nowait().items():
+                queued.append(self._queue.get_nowait())
+            for fetch in queued:
+                for tp, records in fetch.items():
                     if records:
                         restart.setdefault(tp, records[0].offset)
             held = self.aligner.held()
@@ -623,11 +647,10 @@ class JoinRunner:
         seeks a partition that has a committed offset above 0 after a rebalance (aiokafka's
         seek_to_committed): without this, what was dropped before the first commit of a kept
         partition would never be read again."""
-        consumer = self.app.consumer
         for tp, offset in restart.items():
             self.read_next[tp] = offset
             try:
-                await consumer.seek(tp, offset)
+                await faust_internals.seek(self.app, tp, offset)
             except Exception as exc:  # stopping, or no longer assigned: its next owner reads it
                 log.debug("tandem: no seek of %s to %s: %r", tp, offset, exc)
 
