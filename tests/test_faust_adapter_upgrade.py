@@ -50,7 +50,7 @@ class Probe:
                     topic,
                     str(self.report),
                 ],
-                cwd=REPO,
+                cwd=self.run_dir,  # Faust writes its data dir ({app id}-data) in the working directory
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
