@@ -20,6 +20,9 @@ installed versions differ or an internal it relies on is gone.
   broker answers an early follower a second late).
 - `set_current_partition()`: makes Faust tables, updated outside an agent, write to a
   given partition (Faust reads the partition from the current event).
+- `request_rejoin()`: asks the group coordinator for a rebalance (probing rebalances);
+  the group join calls the assignor's `prepare_assignment()` (changelog end offsets)
+  before the leader assigns, bounded in time.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ _INTERNALS: list[tuple[Any, str]] = [
     (gc.CoordinatorGroupRebalance, "perform_group_join"),
     (gc.CoordinatorGroupRebalance, "_on_join_follower"),
     (gc.CoordinatorGroupRebalance, "_on_join_leader"),
+    (gc.GroupCoordinator, "request_rejoin"),
     (faust.streams, "_current_event"),
 ]
 
@@ -168,26 +172,80 @@ async def fetched_high_watermarks(
     bootstrap: list[str], tps: list[TP], timeout_s: float = 30.0
 ) -> dict[TP, int]:
     """Each partition's high watermark as a fetch response reports it (correct on every broker)."""
-    probe = aiokafka.AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False
-    )
+    probe = _probe(bootstrap)
     await probe.start()
     try:
         wanted = [aiokafka.TopicPartition(tp.topic, tp.partition) for tp in tps]
-        probe.assign(wanted)
-        ends = await probe.end_offsets(wanted)  # short by up to a batch: read its last batch
-        for tp in wanted:
-            probe.seek(tp, max(0, int(ends[tp]) - 1))
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            marks = {tp: probe.highwater(tp) for tp in wanted}
-            if None not in marks.values():
-                return {TP(tp.topic, tp.partition): int(mark) for tp, mark in marks.items()}  # type: ignore[arg-type]
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"no high watermark for {[tp for tp, m in marks.items() if m is None]}")
-            await probe.getmany(timeout_ms=200, max_records=1)
+        marks = await _fetched_marks(probe, wanted, timeout_s)
+        return {TP(tp.topic, tp.partition): mark for tp, mark in marks.items()}
     finally:
         await probe.stop()
+
+
+def _probe(bootstrap: list[str]) -> aiokafka.AIOKafkaConsumer:
+    return aiokafka.AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False
+    )
+
+
+async def _fetched_marks(
+    probe: aiokafka.AIOKafkaConsumer, wanted: list[aiokafka.TopicPartition], timeout_s: float
+) -> dict[aiokafka.TopicPartition, int]:
+    probe.assign(wanted)
+    ends = await probe.end_offsets(wanted)  # short by up to a batch: read its last batch
+    for tp in wanted:
+        probe.seek(tp, max(0, int(ends[tp]) - 1))
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        marks = {tp: probe.highwater(tp) for tp in wanted}
+        if None not in marks.values():
+            return {tp: int(mark) for tp, mark in marks.items()}  # type: ignore[arg-type]
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"no high watermark for {[tp for tp, m in marks.items() if m is None]}")
+        await probe.getmany(timeout_ms=200, max_records=1)
+
+
+async def end_offsets(
+    bootstrap: list[str], topics: set[str], from_fetch: bool, timeout_s: float
+) -> dict[str, dict[int, int]]:
+    """topic -> partition -> end offset of every partition of the topics that exist: from fetch
+    responses' high watermarks (`from_fetch`, for a broker whose ListOffsets is short) or from
+    ListOffsets. Raises TimeoutError after `timeout_s`; the caller decides what that means."""
+    probe = _probe(bootstrap)
+
+    async def lookup() -> dict[aiokafka.TopicPartition, int]:
+        await probe.start()
+        cluster = await probe._client.fetch_all_metadata()
+        wanted = [
+            aiokafka.TopicPartition(t, p)
+            for t in sorted(topics)
+            for p in sorted(cluster.partitions_for_topic(t) or ())
+        ]
+        if not wanted:
+            return {}
+        if from_fetch:
+            return await _fetched_marks(probe, wanted, timeout_s)
+        return {tp: int(end) for tp, end in (await probe.end_offsets(wanted)).items()}
+
+    try:
+        found = await asyncio.wait_for(lookup(), timeout_s)
+    finally:
+        await probe.stop()
+    result: dict[str, dict[int, int]] = {}
+    for tp, end in found.items():
+        result.setdefault(tp.topic, {})[tp.partition] = end
+    return result
+
+
+def request_rejoin(app: AppT) -> bool:
+    """Ask the group coordinator for a rebalance (from any thread): False if the consumer has
+    not started. aiokafka's coordinator then rejoins the group with fresh metadata."""
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None) if thread is not None else None
+    if consumer is None or consumer._coordinator is None:
+        return False
+    thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)  # type: ignore[union-attr]
+    return True
 
 
 class TandemConsumer(Consumer):
@@ -321,6 +379,10 @@ def install_group_join() -> None:
 
 
 async def _perform_group_join(self: Any) -> tuple[str, bytes] | None:
+    for assignor in self._assignors:
+        starting = getattr(assignor, "join_starting", None)
+        if starting is not None:
+            starting()  # e.g. look up end offsets while the broker holds the JoinGroup
     if len(self._assignors) < 2:
         return await _ORIGINAL_JOIN(self)  # type: ignore[no-any-return]
     protocols = [(a.name, _encoded(a.metadata(self._subscription.topics))) for a in self._assignors]
@@ -374,6 +436,10 @@ async def _on_joined(self: Any, response: Any) -> tuple[str, bytes] | None:
         response.group_protocol,
     )
     if response.leader_id == response.member_id:
+        for assignor in self._assignors:
+            prepare = getattr(assignor, "prepare_assignment", None)
+            if prepare is not None:
+                await prepare()  # bounded in time by the assignor; never raises
         assignment = await self._on_join_leader(response)
     else:
         assignment = await self._on_join_follower()
