@@ -232,7 +232,7 @@ class TandemAssignor(PartitionAssignor):
         self._routing = routing_table(planned, urls, groups, counts)
         own = member_assignments(planned, members, groups, str(self._url), stats)
         self._led_epoch = int(planned.get("epoch", 0))
-        _log_pending(planned)
+        _log_pending(planned, {m: info.state.url or info.state.host or m for m, info in members.items()})
         return {
             member: self._protocol_assignment(
                 wire.for_reader(
@@ -495,7 +495,7 @@ def _merged(first: wire.TopicPartitions, second: wire.TopicPartitions) -> wire.T
     return {t: sorted(p) for t, p in merged.items()}
 
 
-def _log_pending(planned: Mapping[str, Any], shown: int = 10) -> None:
+def _log_pending(planned: Mapping[str, Any], names: Mapping[str, str], shown: int = 10) -> None:
     """The leader's log of the moves it holds back (what an operator greps for)."""
     moves = planned.get("pending_moves", [])
     if moves:
@@ -504,7 +504,8 @@ def _log_pending(planned: Mapping[str, Any], shown: int = 10) -> None:
     for move in moves[:shown]:
         log.info(
             "tandem: task %s#%s stays on %s until %s has caught up (%s)",
-            "+".join(move["topics"]), move["partition"], move["from"], move["to"],
+            "+".join(move["topics"]), move["partition"], names.get(move["from"], move["from"]),
+            names.get(move["to"], move["to"]),
             "warming up" if move["warmup"] else "waiting for a warm-up slot",
         )  # fmt: skip
 
@@ -576,6 +577,8 @@ def install(
         offsets_shape(local_offsets())  # loud at start-up, not silently empty at every rebalance
         if local_offsets not in assignor.local_offsets:
             assignor.local_offsets.append(local_offsets)
+    if not any(getattr(s, "faust_tables", False) for s in assignor.local_offsets):
+        assignor.local_offsets.append(_FaustTableOffsets(app))
     faust_internals.install_group_join()
     faust_internals.delay_follower_sync(assignor.settings.follower_sync_delay_ms / 1000)
     faust_internals.install_consumer(
@@ -585,6 +588,18 @@ def install(
     if app.conf.web_enabled:
         register_view(app, assignor)
     return assignor
+
+
+class _FaustTableOffsets:
+    """The local offsets of the app's Faust tables (their changelogs are in the plan too)."""
+
+    faust_tables = True
+
+    def __init__(self, app: AppT) -> None:
+        self.app = app
+
+    def __call__(self) -> dict[str, dict[int, int]]:
+        return faust_internals.faust_table_offsets(self.app)
 
 
 async def _verify_joins(assignor: TandemAssignor, bootstrap: list[str]) -> None:

@@ -42,6 +42,7 @@ from aiokafka.consumer import group_coordinator as gc
 from aiokafka.protocol.group import JoinGroupRequest
 from faust.events import Event
 from faust.exceptions import ImproperlyConfigured
+from faust.tables.manager import TableManager
 from faust.transport.consumer import Consumer as FaustConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer, server_list
 from faust.types import TP, AppT
@@ -69,6 +70,7 @@ _INTERNALS: list[tuple[Any, str]] = [
     (gc.CoordinatorGroupRebalance, "_on_join_follower"),
     (gc.CoordinatorGroupRebalance, "_on_join_leader"),
     (gc.GroupCoordinator, "request_rejoin"),
+    (TableManager, "_recovery"),
     (faust.streams, "_current_event"),
 ]
 
@@ -476,6 +478,54 @@ def delay_follower_sync(seconds: float) -> None:
 
     on_join_follower.tandem_delay = seconds  # type: ignore[attr-defined]
     gc.CoordinatorGroupRebalance._on_join_follower = on_join_follower  # type: ignore[method-assign]
+
+
+# -- Faust tables' changelog offsets (warm-ups) ----------------------------------------------
+
+
+def faust_table_offsets(app: AppT) -> dict[str, dict[int, int]]:
+    """Changelog topic -> partition -> offset held by this worker's Faust tables (not global
+    ones): what standbys and warm-ups have read (Faust's recovery), and what the open RocksDB
+    stores of actives persisted. A partition read to the end of an empty changelog counts as
+    offset 0 (warm-ups need an offset to be caught up). Called from the consumer's thread:
+    copies before it reads."""
+    found: dict[str, dict[int, int]] = {}
+    recovery = getattr(app.tables, "_recovery", None)  # None before the worker started
+    if recovery is None:
+        return found
+    for offsets in (dict(recovery.active_offsets), dict(recovery.standby_offsets)):
+        for tp, offset in offsets.items():
+            table = recovery.tp_to_table.get(tp)
+            if table is None or getattr(table, "is_global", False):
+                continue
+            if offset is None and faust_standby_lag(app, tp) == 0:
+                offset = 0
+            if offset is not None:
+                found.setdefault(tp.topic, {})[tp.partition] = int(offset)
+    for table in list(app.tables.values()):  # type: ignore[attr-defined]
+        if getattr(table, "is_global", False):
+            continue
+        topic = table.changelog_topic.get_topic_name()
+        for partition in list(getattr(table.data, "_dbs", {})):  # open RocksDB stores only
+            persisted = table.persisted_offset(TP(topic, partition))
+            if persisted is not None:
+                mine = found.setdefault(topic, {})
+                mine[partition] = max(int(persisted), mine.get(partition, -1))
+    return found
+
+
+def faust_standby_lag(app: AppT, tp: TP) -> int | None:
+    """Records a Faust table's standby (or warm-up) changelog partition is behind its end,
+    from the consumer's high watermark (None: not known yet)."""
+    try:
+        end = app.consumer.highwater(tp)
+    except Exception:  # not assigned on the consumer (yet)
+        return None
+    if end is None:
+        return None
+    recovery = getattr(app.tables, "_recovery", None)
+    offset = recovery.standby_offsets.get(tp) if recovery is not None else None
+    return max(0, int(end) - 1 - (-1 if offset is None else int(offset)))
 
 
 def committed_offsets(app: AppT) -> Mapping[TP, int | None]:

@@ -18,6 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from faust.types import TP
+
+from assignor import faust_internals
+
 if TYPE_CHECKING:
     from tables.runtime import Runtime
 
@@ -54,14 +58,22 @@ class Prober:
                 log.exception("tandem: warm-up check failed")
 
     def caught_up(self, acceptable_lag: int) -> dict[tuple[str, int], int]:
-        """(join, partition) -> lag of every warm-up within `acceptable_lag` of its end."""
+        """(join, partition) -> lag of every warm-up within `acceptable_lag` of its end, over
+        the join's changelog and those of its Faust tables (the task moves only with all)."""
+        app = self.runtime.app
+        table_warmups = app.assignor.warmups() if hasattr(app.assignor, "warmups") else {}
         found: dict[tuple[str, int], int] = {}
         for name, runner in self.runtime.runners.items():
             if runner.state is None:
                 continue
             for partition, lag in runner.state.warmup_lags().items():
-                if lag is not None and lag <= acceptable_lag:
-                    found[(name, partition)] = lag
+                lags = [lag] + [
+                    faust_internals.faust_standby_lag(app, TP(topic, partition))
+                    for topic in runner.spec.table_changelogs()
+                    if partition in table_warmups.get(topic, ())
+                ]
+                if all(n is not None and n <= acceptable_lag for n in lags):
+                    found[(name, partition)] = max(lags)  # type: ignore[type-var]
         return found
 
     def warming(self) -> set[tuple[str, int]]:
