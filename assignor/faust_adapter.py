@@ -232,7 +232,8 @@ class TandemAssignor(PartitionAssignor):
         self._routing = routing_table(planned, urls, groups, counts)
         own = member_assignments(planned, members, groups, str(self._url), stats)
         self._led_epoch = int(planned.get("epoch", 0))
-        _log_pending(planned, {m: info.state.url or info.state.host or m for m, info in members.items()})
+        names = {m: info.state.url or info.state.host or m for m, info in members.items()}
+        _log_pending(planned, scenario, names)
         return {
             member: self._protocol_assignment(
                 wire.for_reader(
@@ -495,7 +496,9 @@ def _merged(first: wire.TopicPartitions, second: wire.TopicPartitions) -> wire.T
     return {t: sorted(p) for t, p in merged.items()}
 
 
-def _log_pending(planned: Mapping[str, Any], names: Mapping[str, str], shown: int = 10) -> None:
+def _log_pending(
+    planned: Mapping[str, Any], scenario: Mapping[str, Any], names: Mapping[str, str], shown: int = 10
+) -> None:
     """The leader's log of the moves it holds back (what an operator greps for)."""
     moves = planned.get("pending_moves", [])
     if moves:
@@ -503,11 +506,28 @@ def _log_pending(planned: Mapping[str, Any], names: Mapping[str, str], shown: in
         log.info("tandem: %s move(s) pending, %s warming up", len(moves), warming)
     for move in moves[:shown]:
         log.info(
-            "tandem: task %s#%s stays on %s until %s has caught up (%s)",
+            "tandem: task %s#%s stays on %s until %s has caught up (%s; %s)",
             "+".join(move["topics"]), move["partition"], names.get(move["from"], move["from"]),
             names.get(move["to"], move["to"]),
-            "warming up" if move["warmup"] else "waiting for a warm-up slot",
+            "warming up" if move["warmup"] else "waiting for a warm-up slot", _target_lag(scenario, move),
         )  # fmt: skip
+
+
+def _target_lag(scenario: Mapping[str, Any], move: Mapping[str, Any]) -> str:
+    """How far the move's target is behind, per changelog partition, as the planner saw it."""
+    partition, members = move["partition"], scenario["members"]
+    ends = scenario.get("changelog_end_offsets", {})
+    parts = []
+    for topic in sorted(set(move["topics"]) & set(scenario["changelog_topics"])):
+        reported = [m.get("local_offsets", {}).get(topic, {}).get(partition) for m in members.values()]
+        end = ends.get(topic, {}).get(partition, max((o for o in reported if o is not None), default=None))
+        local = members[move["to"]].get("local_offsets", {}).get(topic, {}).get(partition)
+        if local is None or end is None:
+            behind = "no offset" if local is None else "end unknown"
+        else:
+            behind = f"{max(0, end - local):,} behind"
+        parts.append(f"{topic}[{partition}] {behind} (end {end})")
+    return ", ".join(parts)
 
 
 def _groups_from_stock(topic_groups: Mapping[str, int]) -> list[list[str]]:

@@ -174,6 +174,8 @@ async def fetched_high_watermarks(
     bootstrap: list[str], tps: list[TP], timeout_s: float = 30.0
 ) -> dict[TP, int]:
     """Each partition's high watermark as a fetch response reports it (correct on every broker)."""
+    if not tps:
+        return {}  # a worker with only standbys: aiokafka's end_offsets([]) never returns
     probe = _probe(bootstrap)
     await probe.start()
     try:
