@@ -105,15 +105,24 @@ def render_summary(raw: Any, result: PlanResult) -> str:
         f"moved cold {s.moved_cold}, unassigned {s.unassigned}, balance spread {spread}",
     ]
     if pending is not None:
-        lines += _pending_lines(pending)
+        lines += _pending_lines(pending, counts, list(members))
     lines += [f"warning: {w}" for w in result.assignment["warnings"]]
     return "\n".join(lines)
 
 
-def _pending_lines(pending: list[dict[str, Any]]) -> list[str]:
-    """One line per move held until its target has caught up."""
+def _pending_lines(pending: list[dict[str, Any]], counts: list[int], members: list[str]) -> list[str]:
+    """One line per move held until its target has caught up, after the balance spread the
+    group reaches once they are all done (balance is promised of that target)."""
+    target = dict(zip(members, counts, strict=True))
+    for move in pending:
+        target[move["from"]] = target.get(move["from"], 0) - 1
+        target[move["to"]] = target.get(move["to"], 0) + 1
+    spread = max(target.values()) - min(target.values()) if target else 0
     warming = sum(1 for move in pending if move["warmup"])
-    lines = [f"pending moves {len(pending)} (warming up {warming}, waiting {len(pending) - warming})"]
+    lines = [
+        f"pending moves {len(pending)} (warming up {warming}, waiting {len(pending) - warming}), "
+        f"balance spread once done {spread}"
+    ]
     for move in pending:
         how = "warm-up replica" if move["warmup"] else "waits for a warm-up slot"
         task = f"{'+'.join(move['topics'])}#{move['partition']}"

@@ -21,8 +21,9 @@ group reading from the start and an empty state) on the embedded broker:
   time, Faust's RocksDB store and changelog; no expiry, no event-time order.
 
 The rate counts from the first poll that saw the worker ready (it owns every partition,
-restored; normally nothing read yet) to the first that saw every record read (polls of
-the worker's /tandem/ view every 0.1 s: its `read` counters), and the worker's CPU time
+restored; normally nothing read yet) to the first that saw every record read and, for
+the two joins, every result out (polls of the worker's /tandem/ view every 0.1 s: its
+`read` and `results` counters; a join that ends with another count fails), and the worker's CPU time
 between the same two polls: the fetches, the consumer thread's decoding and the join
 all fall inside, as for the bare consumer, which times itself from its first fetch
 request to its last record. On a small input the fixed cost from ready to the first
@@ -62,6 +63,7 @@ PIPELINES = {
     "tandem": "app",
     "faust-table": "benchmarks.faust_table_app",
 }
+JOINING = ("tandem", "faust-table")  # the pipelines that produce results: timed until all are out
 POLL_S = 0.1
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -85,6 +87,11 @@ def join_part(view: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     joins = view.get("joins")
     return dict(joins[JOIN_NAME]) if isinstance(joins, dict) else view
+
+
+def results_out(view: dict[str, Any] | None) -> int:
+    """Join results handled so far (0 in a view without them)."""
+    return int((join_part(view) or {}).get("results", 0))
 
 
 def consumed(view: dict[str, Any] | None, total: int) -> int | None:
@@ -153,8 +160,11 @@ def run_bare(bootstrap: str, settings: Settings, total: int, timeout: float) -> 
 
 
 async def run_pipeline(
-    name: str, base: Settings, total: int, run_dir: Path, timeout: float
+    name: str, base: Settings, total: int, joins: int, run_dir: Path, timeout: float
 ) -> dict[str, Any]:
+    """One pipeline's run, timed until every record is read and, for a join, every
+    result is out (`joins` pairs): records read but still held, or joined but not yet
+    handled, are work not done."""
     if name == BARE:
         return await asyncio.to_thread(run_bare, base.broker.removeprefix("kafka://"), base, total, timeout)
     uid = uuid.uuid4().hex[:6]
@@ -174,6 +184,7 @@ async def run_pipeline(
     ).start()
     first: tuple[float, int, float] | None = None
     last: tuple[float, int, float] | None = None
+    first_read_at: float | None = None  # wall clock of the first poll that saw a record read
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -185,7 +196,9 @@ async def run_pipeline(
                 # From the first poll that saw it ready (normally before its first fetch).
                 first = first or (now, read, cpu)
                 last = (now, read, cpu)
-                if read >= total:
+                if read > 0 and first_read_at is None:
+                    first_read_at = time.time()
+                if read >= total and (name not in JOINING or results_out(view) >= joins):
                     break
             await asyncio.sleep(POLL_S)
         else:
@@ -194,11 +207,30 @@ async def run_pipeline(
         results, late, forced = join.get("results", 0), join.get("late", 0), join.get("forced", 0)
     finally:
         worker.stop(10)
+    if name in JOINING and results != joins:
+        raise RuntimeError(f"{name}: {results:,} results, expected {joins:,}")
     assert first is not None and last is not None
     records, wall, cpu = last[1] - first[1], last[0] - first[0], last[2] - first[2]
     if records <= 0 or wall <= 0:
         raise RuntimeError(f"{name}: read everything between two polls; give it more --impressions")
-    return {"records": records, "wall": wall, "cpu": cpu, "results": results, "late": late, "forced": forced}
+    return {
+        "records": records, "wall": wall, "cpu": cpu, "results": results, "late": late, "forced": forced,
+        "start_s": _assigned_to_first_read(join, first_read_at),
+    }  # fmt: skip
+
+
+def _start_note(run: dict[str, Any]) -> str:
+    start = run.get("start_s")
+    return f", first record read {start:.2f} s after the assignment" if start is not None else ""
+
+
+def _assigned_to_first_read(join: dict[str, Any], first_read_at: float | None) -> float | None:
+    """Seconds from the worker's last assignment (its view's rebalance history) to the
+    first poll that saw a record read (within the 0.1 s poll); None if either is unknown."""
+    history = join.get("rebalance_history") or []
+    if not history or first_read_at is None:
+        return None
+    return first_read_at - float(history[-1]["at"])
 
 
 async def bench(impressions: int, rounds: int, timeout: float) -> list[str]:
@@ -214,15 +246,17 @@ async def bench(impressions: int, rounds: int, timeout: float) -> list[str]:
         )
         await create_topics(broker.bootstrap, base)
         total = await load_inputs(base, impressions)
+        joins = total - impressions  # every click has its impression: one inner result each
         for n in range(rounds):
             per_round.append({})
             for name in PIPELINES:
-                run = await run_pipeline(name, base, total, Path(tmp) / f"r{n}", timeout)
+                run = await run_pipeline(name, base, total, joins, Path(tmp) / f"r{n}", timeout)
                 wall_rate, cpu_us = run["records"] / run["wall"], run["cpu"] / run["records"] * 1e6
                 runs.append(
                     f"{name} round {n + 1}: {wall_rate:,.0f}/s wall, {cpu_us:.1f} µs CPU per record "
                     f"({run['records']:,} records timed), {run['results']:,} results, {run['late']:,} "
                     f"late, {run['forced']:,} released before their turn"
+                    + _start_note(run)
                 )
                 per_round[-1][name] = wall_rate
                 old = best.get(name, (0.0, float("inf")))

@@ -106,6 +106,35 @@ class JoinStats:
     latency: LatencyBuckets = field(default_factory=LatencyBuckets)  # event time -> output acknowledged
 
 
+def split_fetch(records: dict[TP, list[ConsumerRecord]], limit: int) -> list[dict[TP, list[ConsumerRecord]]]:
+    """A fetch cut into pieces of at most `limit` records, in order (each partition's
+    records stay in offset order across the pieces)."""
+    chunks: list[dict[TP, list[ConsumerRecord]]] = [{}]
+    room = limit
+    for tp, found in records.items():
+        if not found:
+            chunks[-1][tp] = found
+        start = 0
+        while start < len(found):
+            if room == 0:
+                chunks.append({})
+                room = limit
+            piece = found[start : start + room]
+            chunks[-1][tp] = piece
+            start += len(piece)
+            room -= len(piece)
+    return chunks
+
+
+def merge_fetches(chunks: list[dict[TP, list[ConsumerRecord]]]) -> dict[TP, list[ConsumerRecord]]:
+    """Pieces of a fetch joined back into one (the inverse of split_fetch)."""
+    merged: dict[TP, list[ConsumerRecord]] = {}
+    for chunk in chunks:
+        for tp, found in chunk.items():
+            merged.setdefault(tp, []).extend(found)
+    return merged
+
+
 class JoinRunner:
     """One declared join on this worker."""
 
@@ -188,7 +217,14 @@ class JoinRunner:
             now = time.monotonic()
             for tp in records:
                 monitor.stream_inbound_time[tp] = now
-        await self._queue.put(records)
+        # A fetch can hold tens of thousands of records (a backlog): joined in one go it
+        # would keep the event loop (web view, metrics, timers) waiting for seconds.
+        chunks = split_fetch(records, self.runtime.settings.batch_max_records)
+        for n, chunk in enumerate(chunks):
+            if self._revoking:
+                await self.dropped(merge_fetches(chunks[n:]))
+                return
+            await self._queue.put(chunk)
 
     async def _run(self) -> None:
         limit = self.runtime.settings.batch_max_records

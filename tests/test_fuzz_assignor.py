@@ -301,7 +301,9 @@ def check_plan(raw: Any) -> None:
     before = repr(raw)
     assignment = plan(raw)
     assert repr(raw) == before, "the planner mutated its input"
-    assert set(assignment) == {"epoch", "members", "unassigned", "warnings"}
+    warmups = isinstance(raw, dict) and "acceptable_recovery_lag" in raw
+    keys = {"epoch", "members", "unassigned", "warnings"}
+    assert set(assignment) == keys | ({"pending_moves"} if warmups else set())
     internal = [w for w in assignment["warnings"] if "internal planner error" in w]
     assert not internal, (internal, raw)
     owned: set[tuple[str, int]] = set()
@@ -315,6 +317,26 @@ def check_plan(raw: Any) -> None:
         for topic, p in owned:
             count = raw["topics"].get(topic)
             assert not isinstance(count, int) or 0 <= p < max(count, 0), (topic, p)
+    if warmups:
+        _check_pending(assignment)
+
+
+def _check_pending(assignment: dict[str, Any]) -> None:
+    """Each pending move starts at its task's owner (the only member owning any of its topic-partitions:
+    with mismatched counts a task covers only some of its group's topics); a warm-up is never on the owner."""
+    members = assignment["members"]
+    for move in assignment["pending_moves"]:
+        owners = {
+            m
+            for m, entry in members.items()
+            for topic in move["topics"]
+            if move["partition"] in entry["active"].get(topic, [])
+        }
+        assert owners == {move["from"]}, (move, owners)
+        assert move["to"] in members and move["to"] != move["from"], move
+    for entry in members.values():
+        for topic, partitions in entry["warmup"].items():
+            assert not set(partitions) & set(entry["active"].get(topic, [])), (topic, entry)
 
 
 def test_planner_total_on_deep_garbage() -> None:
@@ -324,6 +346,26 @@ def test_planner_total_on_deep_garbage() -> None:
         scn = random_scenario(rng)
         check_plan(deep_garble(scn, rng) if i % 10 else scn)
     print(f"planner fuzz (seed {SEED}): {i + 1} scenarios")
+
+
+def with_warmups(scn: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """The scenario with warm-ups on: a lag, maybe a budget and end offsets."""
+    n = scn["topics"]["cl"]
+    scn["acceptable_recovery_lag"] = rng.choice([0, 10, 500, 10**6])
+    if rng.random() < 0.7:
+        scn["max_warmup_replicas"] = rng.choice([0, 1, 2, 5])
+    if rng.random() < 0.5:
+        scn["changelog_end_offsets"] = {"cl": {str(p): rng.randint(900, 1200) for p in range(n)}}
+    return scn
+
+
+def test_planner_total_on_deep_garbage_with_warm_ups() -> None:
+    rng = random.Random(SEED + 1)
+    i = 0
+    for i in budget(300):
+        scn = with_warmups(random_scenario(rng), rng)
+        check_plan(deep_garble(scn, rng) if i % 10 else scn)
+    print(f"planner fuzz with warm-ups (seed {SEED + 1}): {i + 1} scenarios")
 
 
 # ---------------------------------------------------------------- the adapter on the leader

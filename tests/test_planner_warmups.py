@@ -161,8 +161,10 @@ def test_w4_warm_ups_are_off_the_active_and_not_standbys(scn: dict[str, Any]) ->
         k = min(replicas, len(candidates) - 1 - len(warm))
         assert len(standbys) == max(k, 0), (task, standbys, warm, k)
         host = check._host(scn["members"], owner)
-        off_host = [m for m in candidates if m != owner and m not in warm and check._host(scn["members"], m) != host]
-        assert sum(1 for m in standbys if check._host(scn["members"], m) != host) == min(max(k, 0), len(off_host))
+        others = [m for m in candidates if m != owner and m not in warm]
+        off_host = [m for m in others if check._host(scn["members"], m) != host]
+        placed_off_host = sum(1 for m in standbys if check._host(scn["members"], m) != host)
+        assert placed_off_host == min(max(k, 0), len(off_host))
 
 
 # -- W5: convergence --------------------------------------------------------------------------
@@ -192,20 +194,105 @@ def test_w5_feeding_back_completes_warm_ups_and_converges(scn: dict[str, Any]) -
 
 
 def _next_round(scn: dict[str, Any], result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One W5 round, checked: warm-up moves complete, no move is added, the target stays."""
+    """One W5 round, checked: warm-up moves complete, no move is added, the target stays.
+
+    When a task was held on a member other than its previous owner, that member becomes its
+    previous owner and the target may change (the contract's exception): no tie-break can keep
+    it (test_w5_two_first_rounds_can_feed_back_the_same_input), and exact stickiness may even
+    keep a warm-up's task where it was held (test_w5_a_hold_on_a_non_owner_can_outweigh_a_warm_up).
+    Then what holds is that the pending count does not grow; the caller checks the bound."""
     pending = _pending_by_task(scn, result)
     target = check.target_owners(scn, result)
     fed = check.feed_back_warmups(scn, result)
     again = plan(fed)
-    owners = check.task_owner(fed, again)
-    for task, move in pending.items():
-        if move["warmup"]:
-            assert owners[task] == move["to"], f"warm-up move {move} not completed"
-    assert set(_pending_by_task(fed, again)) <= set(pending), "a pending move was added"
+    now = _pending_by_task(fed, again)
+    assert len(now) <= len(pending), "a pending move was added"
     held_elsewhere = any(move["from"] != _previous_owner(scn, task) for task, move in pending.items())
-    if not held_elsewhere:
-        assert check.target_owners(fed, again) == target
+    if held_elsewhere:
+        return fed, again
+    owners = check.task_owner(fed, again)
+    warmed = [task for task, move in pending.items() if move["warmup"]]
+    for task in warmed:
+        assert owners[task] == pending[task]["to"], f"warm-up move {pending[task]} not completed"
+    assert set(now) <= set(pending), "a pending move was added"
+    assert len(now) <= len(pending) - len(warmed)
+    assert check.target_owners(fed, again) == target
     return fed, again
+
+
+def test_w5_a_hold_on_a_non_owner_can_outweigh_a_warm_up() -> None:
+    """w1 owned join task 0 and holds the lone ledger task's state; w2 holds the join's state;
+    w0 (join only) is empty. Balance sends join 1 to w0 (held on w2) and the ledger task to w2
+    (held on w1), both warming up. Fed back, w2 owns join 1 and w1 the ledger task: keeping
+    both (the exact stickiness of W1) beats completing the warm-ups, so w0 takes join 0 next."""
+    join = ["clicks", "impressions", "joins-changelog"]
+    everything = [*join, "ledger-changelog"]
+    scn: dict[str, Any] = {
+        "topics": {"clicks": 2, "impressions": 2, "joins-changelog": 2, "ledger-changelog": 1},
+        "copartition_groups": [join],
+        "changelog_topics": ["joins-changelog", "ledger-changelog"],
+        "members": {
+            "w0": {"topics": join},
+            "w1": {"topics": everything, "previous_active": {"clicks": [0]},
+                   "local_offsets": {"ledger-changelog": {"0": 0}}},  # fmt: skip
+            "w2": {"topics": everything, "local_offsets": {"joins-changelog": {"0": 0, "1": 0}}},
+        },
+        "acceptable_recovery_lag": 0,
+    }
+
+    def moves(result: dict[str, Any]) -> list[tuple[str, int, str, str, bool]]:
+        pending = result["pending_moves"]
+        return [(m["topics"][0], m["partition"], m["from"], m["to"], m["warmup"]) for m in pending]
+
+    result = plan(scn)
+    assert moves(result) == [("clicks", 1, "w2", "w0", True), ("ledger-changelog", 0, "w1", "w2", True)]
+    scn, result = _next_round(scn, result)
+    assert moves(result) == [("clicks", 0, "w1", "w0", True)]
+    kept = check.kept_and_warm_with_lags(scn, check.target_owners(scn, result), check.warm_holders(scn))
+    assert kept[0] == 2, "the target keeps join 1 on w2 and the ledger task on w1"
+    scn, result = _next_round(scn, result)
+    assert result["pending_moves"] == [] and result["members"]["w0"]["active"]["clicks"] == [0]
+
+
+def _four_tasks(owned: int, w1: dict[str, int], w2: dict[str, int]) -> dict[str, Any]:
+    """w0 owns one of four tasks and has all their state; w1 and w2 report `w1`/`w2`; w3 is empty."""
+    topics = ["clicks", "impressions", "joins-changelog"]
+    full = {"joins-changelog": {str(p): 1000 for p in range(4)}}
+    return {
+        "topics": {t: 4 for t in topics},
+        "copartition_groups": [topics],
+        "changelog_topics": ["joins-changelog"],
+        "members": {
+            "w0": {
+                "topics": topics,
+                "epoch": 1,
+                "previous_active": {"impressions": [owned]},
+                "local_offsets": full,
+            },
+            "w1": {"topics": topics, "local_offsets": {"joins-changelog": w1}},
+            "w2": {"topics": topics, "local_offsets": {"joins-changelog": w2}},
+            "w3": {"topics": topics},
+        },
+        "acceptable_recovery_lag": 0,
+    }
+
+
+def test_w5_two_first_rounds_can_feed_back_the_same_input() -> None:
+    """Why a hold on a non-owner may change the target: w0 owning task 0 (then 3 waits for w3)
+    and w0 owning task 3 with w1, w2 behind on tasks 1, 2 (then 0 waits for w3) feed back the
+    same second round, which cannot keep both targets."""
+    first, other = _four_tasks(0, {}, {}), _four_tasks(3, {"1": 500}, {"2": 500})
+    moves = [plan(first)["pending_moves"], plan(other)["pending_moves"]]
+    assert [[(m["partition"], m["to"], m["warmup"]) for m in ms] for ms in moves] == [
+        [(1, "w1", True), (2, "w2", True), (3, "w3", False)],
+        [(0, "w3", False), (1, "w1", True), (2, "w2", True)],
+    ]
+    fed = check.feed_back_warmups(first, plan(first))
+    assert fed == check.feed_back_warmups(other, plan(other))
+    again = plan(fed)
+    assert set(_pending_by_task(fed, again)) <= {(0, 0), (0, 3)} and len(again["pending_moves"]) == 1
+    for partition, member in ((1, "w1"), (2, "w2")):
+        assert partition in again["members"][member]["active"]["joins-changelog"]
 
 
 # -- determinism, bad input -------------------------------------------------------------------
@@ -260,7 +347,8 @@ def test_malformed_end_offsets_fall_back_to_the_highest_reported() -> None:
         result = plan(_restart_scenario({"acceptable_recovery_lag": 50, "changelog_end_offsets": ends}))
         assert any("changelog_end_offsets" in w for w in result["warnings"]), ends
         assert not any(m["partition"] == 0 for m in result["pending_moves"]), (ends, result)
-    given = plan(_restart_scenario({"acceptable_recovery_lag": 50, "changelog_end_offsets": {"a-changelog": {"0": 1100}}}))
+    ends = {"a-changelog": {"0": 1100}}
+    given = plan(_restart_scenario({"acceptable_recovery_lag": 50, "changelog_end_offsets": ends}))
     assert given["warnings"] == [] and any(m["partition"] == 0 for m in given["pending_moves"])
 
 
@@ -273,18 +361,16 @@ def _scale_out(members: int, partitions: int, budget: int) -> dict[str, Any]:
     scenario: dict[str, Any] = {"topics": {t: partitions for t in topics}, "copartition_groups": [topics],
                                 "changelog_topics": ["joins-changelog"], "standby_replicas": 1}  # fmt: skip
     first = plan({**scenario, "members": {f"w{i}": {"topics": topics} for i in range(members)}})
-    scenario["members"] = {
-        name: {
+    scenario["members"] = {}
+    for name, entry in first["members"].items():
+        held = entry["active"].get("joins-changelog", []) + entry["standby"].get("joins-changelog", [])
+        scenario["members"][name] = {
             "topics": topics,
             "epoch": first["epoch"],
             "previous_active": entry["active"],
             "previous_standby": entry["standby"],
-            "local_offsets": {"joins-changelog": {
-                str(p): 50_000 for p in entry["active"].get("joins-changelog", []) + entry["standby"].get("joins-changelog", [])
-            }},  # fmt: skip
+            "local_offsets": {"joins-changelog": {str(p): 50_000 for p in held}},
         }
-        for name, entry in first["members"].items()
-    }
     scenario["members"]["new"] = {"topics": topics}
     return scenario | {"acceptable_recovery_lag": 100, "max_warmup_replicas": budget}
 
@@ -321,6 +407,53 @@ def test_cli_summary_shows_warm_ups_and_pending_moves() -> None:
         input=json.dumps(scn), capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "warm-ups" in out.splitlines()[0]
-    assert "pending moves 2 (warming up 1, waiting 1)" in out
+    assert "pending moves 2 (warming up 1, waiting 1), balance spread once done 0" in out
     assert "moves to new once caught up (warm-up replica)" in out
     assert "moves to new once caught up (waits for a warm-up slot)" in out
+
+
+def test_among_caught_up_holders_the_freshest_takes_a_task_then_a_previous_standby() -> None:
+    """W1's reading of property 5: caught-up first, then the freshest (a standby only breaks a tie)."""
+    topics = ["a", "a-changelog"]
+
+    def owner_left(other: int) -> dict[str, Any]:
+        """The owner left; ws was its standby, 50 behind; wa (lower id) reports `other`."""
+        return {
+            "topics": {"a": 1, "a-changelog": 1},
+            "copartition_groups": [topics],
+            "changelog_topics": ["a-changelog"],
+            "members": {
+                "wa": {"topics": topics, "local_offsets": {"a-changelog": {"0": other}}},
+                "ws": {"topics": topics, "previous_standby": {"a-changelog": [0]},
+                       "local_offsets": {"a-changelog": {"0": 950}}},  # fmt: skip
+            },
+            "acceptable_recovery_lag": 100,
+            "changelog_end_offsets": {"a-changelog": {"0": 1000}},
+        }
+
+    fresher = plan(owner_left(1000))
+    assert fresher["members"]["wa"]["active"] == {"a": [0], "a-changelog": [0]}
+    assert fresher["pending_moves"] == []
+    tied = plan(owner_left(950))
+    assert tied["members"]["ws"]["active"] == {"a": [0], "a-changelog": [0]}
+
+
+def test_a_caught_up_warm_up_takes_its_task_not_another_it_is_as_fresh_on() -> None:
+    """w1 is at the end of task 0 and warms up task 1 (held on w0, no previous owner): fed
+    back, w0 owns both and w1 is as fresh on both; the move with the warm-up completes."""
+    topics = ["clicks", "impressions", "joins-changelog"]
+    scn: dict[str, Any] = {
+        "topics": {t: 2 for t in topics},
+        "copartition_groups": [topics],
+        "changelog_topics": ["joins-changelog"],
+        "members": {
+            "w0": {"topics": topics, "previous_active": {"joins-changelog": [0]},
+                   "local_offsets": {"joins-changelog": {"0": 0, "1": 0}}},  # fmt: skip
+            "w1": {"topics": topics, "local_offsets": {"joins-changelog": {"0": 0}}},
+        },
+        "acceptable_recovery_lag": 0,
+    }
+    result = plan(scn)
+    assert [(m["partition"], m["to"], m["warmup"]) for m in result["pending_moves"]] == [(1, "w1", True)]
+    scn, result = _next_round(scn, result)
+    assert result["pending_moves"] == [] and result["members"]["w1"]["active"]["joins-changelog"] == [1]

@@ -220,8 +220,8 @@ def _graded_task_arcs(
     group_of: np.ndarray,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """With warm-ups on: keep, then warm, then onto a caught-up member, lexicographically;
-    then a preference for the member's previous standby (a warm-up that caught up) and the
-    freshest holder, then a fixed tie weight per (task, member).
+    then the freshest holder (among equally fresh ones, a previous standby: a warm-up that
+    caught up), then a fixed tie weight per (task, member).
 
     The caught-up tier makes the target move a task now (to a caught-up member) rather
     than later where the counts allow either; the standby preference and the tie weights
@@ -233,7 +233,7 @@ def _graded_task_arcs(
     levels = 1 + problem.warm.most()
     nodes = net.node_count + 1
     for bits in TIE_BITS:
-        score = (2 * levels) << bits  # per arc: standby and freshness rank, then the tie weight
+        score = (2 * levels) << bits  # per arc: freshness rank and standby, then the tie weight
         caught_unit = n * score + 1
         warm_unit = n * (caught_unit + score) + 1
         keep_unit = n * (warm_unit + caught_unit + score) + 1
@@ -250,14 +250,17 @@ def _graded_task_arcs(
     kinds = [(rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows])]
     warm_rows, heads, targets, preference, caught = [], [], [], [], []
     for i, task in enumerate(flow_tasks.tolist()):
-        ranked = sorted(problem.warm.graded(task), key=lambda c: (-c[1], c[0]))
+        # The freshest first; among equally fresh, a previous standby (a warm-up that caught up).
+        # Across tasks, at equal rank, a move onto a previous standby wins (+1): the warm-up
+        # that caught up takes its task rather than another the counts would equally allow.
+        ranked = sorted(problem.warm.graded(task), key=lambda c: (-c[1], not c[3], c[0]))
         for rank, (member, _, is_caught, was_standby) in enumerate(ranked):
             target_slot = int(slot_of[groups[i], member])
             if target_slot >= 0:
                 warm_rows.append(i)
                 heads.append(target_slot)
                 targets.append(member)
-                preference.append(levels * was_standby + levels - 1 - rank)
+                preference.append(2 * (levels - 1 - rank) + was_standby)
                 caught.append(is_caught)
     if warm_rows:
         rows_array, members = np.array(warm_rows), np.array(targets)

@@ -171,6 +171,13 @@ def parse_scenario(raw: Any) -> Scenario:
 
 
 def _warn_unknown_fields(raw: Mapping[Any, Any], warnings: Warnings) -> None:
+    # Where the planner before warm-ups warned about these fields: with warm-ups off the output
+    # differs from that planner's only in this line's words.
+    ignored = sorted(WARMUP_FIELDS.intersection(raw))
+    if ignored and "acceptable_recovery_lag" not in raw:
+        warnings.add(
+            "input", f"warm-up fields {ignored} ignored: warm-ups are off without acceptable_recovery_lag"
+        )
     unknown = sorted((k for k in raw if k not in SCENARIO_FIELDS | WARMUP_FIELDS), key=key_order)
     if unknown:
         warnings.add("input", f"unknown fields {[shown(k) for k in unknown]} ignored")
@@ -181,13 +188,7 @@ def _parse_warmup(
 ) -> WarmupInput | None:
     """The warm-up fields: on when `acceptable_recovery_lag` is present (even if bad)."""
     if "acceptable_recovery_lag" not in raw:
-        ignored = sorted(WARMUP_FIELDS.intersection(raw))
-        if ignored:
-            warnings.add(
-                "warmup",
-                f"warm-up fields {ignored} ignored: warm-ups are off without acceptable_recovery_lag",
-            )
-        return None
+        return None  # any other warm-up field is a warning of _warn_unknown_fields
     lag = raw["acceptable_recovery_lag"]
     if not _is_int(lag) or lag < 0:
         warnings.add(
