@@ -267,8 +267,11 @@ class TandemAssignor(PartitionAssignor):
     def join_starting(self) -> None:
         """Before JoinGroup (consumer thread): the member that led the last round will likely
         lead this one, so it starts the end-offset lookup while the broker holds the join."""
+        if self._lookup is not None and self._lookup.done():
+            self._lookup = None  # a past round's (this member did not lead it): stale
         if self.settings.warmups and self.led_last_round and self._lookup is None:
             self._lookup = asyncio.ensure_future(self._lookup_end_offsets())
+            self._lookup.add_done_callback(_quiet)
 
     async def prepare_assignment(self) -> None:
         """Before this member plans as the leader: the changelogs' end offsets, bounded in
@@ -485,6 +488,12 @@ def _stats(planned: PlanStats, started: float) -> wire.RebalanceStats:
         pending=planned.pending,
         warmups=sum(planned.warmups.values()),
     )
+
+
+def _quiet(task: asyncio.Future[Any]) -> None:
+    """An end-offset lookup nobody waited for: its failure is not news."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _merged(first: wire.TopicPartitions, second: wire.TopicPartitions) -> wire.TopicPartitions:

@@ -221,3 +221,33 @@ def test_end_offsets_from_fetch_responses_are_exact(broker: EmbeddedBroker, uniq
         return await faust_internals.end_offsets([broker.bootstrap], {topic, f"{unique}-none"}, True, 10.0)
 
     assert asyncio.run(run()) == {topic: sent}
+
+
+@pytest.mark.broker
+def test_the_last_leader_looks_up_end_offsets_while_it_joins(broker: EmbeddedBroker, unique: str) -> None:
+    """join_starting() starts the lookup (the broker holds the JoinGroup meanwhile) and
+    prepare_assignment() hands its result to the round's plan."""
+    changelog = f"{unique}-join-changelog"
+    app = faust.App(f"warm-{unique}", broker=f"kafka://{broker.bootstrap}",
+                    PartitionAssignor=TandemAssignor, web_enabled=False)  # fmt: skip
+    declare_join(app, [f"{unique}-a", f"{unique}-b"], changelog)
+    leader: TandemAssignor = app.assignor  # type: ignore[assignment]
+    leader.settings = dataclasses.replace(leader.settings, fetch_high_watermarks=True)
+    leader._epoch = leader._led_epoch = 3  # it planned the last round
+
+    async def run() -> dict[str, dict[int, int]]:
+        await create_topics(broker.bootstrap, {changelog: 2})
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
+        await producer.start()
+        try:
+            for i in range(25):
+                await producer.send(changelog, b"v", key=b"k", partition=i % 2)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        leader.join_starting()
+        assert leader._lookup is not None, "the last leader starts the lookup with its JoinGroup"
+        await leader.prepare_assignment()
+        return leader._end_offsets
+
+    assert asyncio.run(run()) == {changelog: {0: 13, 1: 12}}
