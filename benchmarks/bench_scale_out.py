@@ -42,7 +42,13 @@ from app.traffic import Traffic  # noqa: E402
 from tables.producing import changelog_configs, send_records  # noqa: E402
 from tables.producing import create_topics as create_with_configs  # noqa: E402
 from tables.testing import EmbeddedBroker  # noqa: E402
-from tests.scale_out import Background, fill_changelog, keys_by_partition, longest_gaps  # noqa: E402
+from tests.scale_out import (  # noqa: E402
+    Background,
+    keys_by_partition,
+    longest_gaps,
+    send_changelog,
+    state_records,
+)
 
 PARTITIONS = 6
 MODES = {
@@ -115,23 +121,42 @@ async def read_all(bootstrap: str, topic: str, quiet_s: float = 3.0) -> list[tup
     return seen
 
 
-def one_run(broker: EmbeddedBroker, mode: str, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+class State:
+    """The state's keys and the join's changelog records, made once for every mode."""
+
+    def __init__(self, per_partition: int) -> None:
+        self.ts = int(time.time() * 1000)
+        self.keys = keys_by_partition(per_partition, PARTITIONS, "k")
+        self._records: dict[int, list[tuple[bytes, bytes]]] | None = None
+
+    def records(self) -> dict[int, list[tuple[bytes, bytes]]]:
+        if self._records is None:
+            started = time.monotonic()
+            self._records = state_records(self.keys, self.ts)
+            say(f"join state made in {time.monotonic() - started:.0f} s")
+        return self._records
+
+
+def one_run(
+    broker: EmbeddedBroker, mode: str, args: argparse.Namespace, run_dir: Path, state: State
+) -> dict[str, Any]:
     app_module, env = MODES[mode]
     tag = uuid.uuid4().hex[:8]
     settings: Settings = replace(
         from_env(), app_id=f"scale-{tag}", topic_prefix=f"s{tag}-", partitions=PARTITIONS
     )
     asyncio.run(create_topics(broker.bootstrap, settings))
-    keys = keys_by_partition(args.state, PARTITIONS, f"k{tag}")
     started = time.monotonic()
-    now = int(time.time() * 1000)
     if app_module == "app":
-        changelog, configs, fill = settings.changelog, changelog_configs(None), fill_changelog
+        changelog, configs = settings.changelog, changelog_configs(None)
+        records = state.records()
+        started = time.monotonic()
+        asyncio.run(create_with_configs(broker.bootstrap, {changelog: PARTITIONS}, {changelog: configs}))
+        written = asyncio.run(send_changelog(broker.bootstrap, changelog, records))
     else:
         changelog, configs = f"{settings.app_id}-ad-join-seen-changelog", {"cleanup.policy": "compact"}
-        fill = fill_faust_table
-    asyncio.run(create_with_configs(broker.bootstrap, {changelog: PARTITIONS}, {changelog: configs}))
-    written = asyncio.run(fill(broker.bootstrap, changelog, keys, now))
+        asyncio.run(create_with_configs(broker.bootstrap, {changelog: PARTITIONS}, {changelog: configs}))
+        written = asyncio.run(fill_faust_table(broker.bootstrap, changelog, state.keys, state.ts))
     say(f"{mode}: {written:,} changelog records written in {time.monotonic() - started:.0f} s")
     extra = {
         "TANDEM_ACCEPTABLE_RECOVERY_LAG": str(args.lag),
@@ -198,9 +223,10 @@ def main() -> None:
     args = parser.parse_args()
     run_dir = Path(tempfile.mkdtemp(prefix="bench-scale-out-"))
     rows = []
+    state = State(args.state)
     with EmbeddedBroker(log_dir=run_dir / "broker") as broker:
         for mode in args.modes.split(","):
-            rows.append(one_run(broker, mode.strip(), args, run_dir))
+            rows.append(one_run(broker, mode.strip(), args, run_dir, state))
             say(json.dumps(rows[-1]))
     print(table(rows))
     if not args.keep:

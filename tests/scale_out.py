@@ -28,7 +28,7 @@ def keys_by_partition(per_partition: int, partitions: int, run: str) -> dict[int
     found: dict[int, list[str]] = {p: [] for p in range(partitions)}
     n = 0
     while min(len(keys) for keys in found.values()) < per_partition:
-        batch = [f"{run}-a{i}" for i in range(n, n + 4 * per_partition * partitions)]
+        batch = [f"{run}-a{i}" for i in range(n, n + per_partition * partitions * 11 // 10 + 64)]
         n += len(batch)
         owners = partitions_for([k.encode() for k in batch], partitions, "murmur2").tolist()
         for key, p in zip(batch, owners, strict=True):
@@ -37,25 +37,39 @@ def keys_by_partition(per_partition: int, partitions: int, run: str) -> dict[int
     return found
 
 
-async def fill_changelog(bootstrap: str, changelog: str, keys: dict[int, list[str]], ts: int) -> int:
-    """The changelog a worker would have written after joining these impressions (no clicks
-    yet): each partition's state, as a restore or a standby reads it. Returns the records."""
+def state_records(keys: dict[int, list[str]], ts: int) -> dict[int, list[tuple[bytes, bytes]]]:
+    """The changelog records a worker would have written after joining these impressions (no
+    clicks yet), per partition: what a restore or a standby reads."""
+    found: dict[int, list[tuple[bytes, bytes]]] = {}
+    for partition, auctions in keys.items():
+        join = WindowedJoin(MemoryKV(), WINDOW, JoinType.INNER, ids=True)
+        records = found[partition] = []
+        for start in range(0, len(auctions), CHUNK):
+            for auction in auctions[start : start + CHUNK]:
+                value = {"event_id": f"{auction}-i", "auction_id": auction, "campaign_id": "c", "ts": ts}
+                join.process("left", auction.encode(), ts, f"{auction}-i".encode(), orjson.dumps(value))
+            records += join.take_changes()
+    return found
+
+
+async def send_changelog(
+    bootstrap: str, changelog: str, records: dict[int, list[tuple[bytes, bytes]]]
+) -> int:
+    """Write the records to their changelog partitions; how many."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=512 * 1024)
     await producer.start()
-    written = 0
     try:
-        for partition, auctions in keys.items():
-            join = WindowedJoin(MemoryKV(), WINDOW, JoinType.INNER, ids=True)
-            for start in range(0, len(auctions), CHUNK):
-                for auction in auctions[start : start + CHUNK]:
-                    value = {"event_id": f"{auction}-i", "auction_id": auction, "campaign_id": "c", "ts": ts}
-                    join.process("left", auction.encode(), ts, f"{auction}-i".encode(), orjson.dumps(value))
-                changes = join.take_changes()
-                written += len(changes)
-                await send_records(producer, changelog, partition, changes)
+        for partition, found in records.items():
+            for start in range(0, len(found), CHUNK):
+                await send_records(producer, changelog, partition, found[start : start + CHUNK])
     finally:
         await producer.stop()
-    return written
+    return sum(map(len, records.values()))
+
+
+async def fill_changelog(bootstrap: str, changelog: str, keys: dict[int, list[str]], ts: int) -> int:
+    """The join state of these impressions, written into the changelog. Returns the records."""
+    return await send_changelog(bootstrap, changelog, state_records(keys, ts))
 
 
 async def send_state_clicks(bootstrap: str, clicks_topic: str, keys: dict[int, list[str]]) -> set[str]:
