@@ -42,9 +42,11 @@ def state_records(keys: dict[int, list[str]], ts: int) -> dict[int, list[tuple[b
     clicks yet), per partition: what a restore or a standby reads."""
     found: dict[int, list[tuple[bytes, bytes]]] = {}
     for partition, auctions in keys.items():
-        join = WindowedJoin(MemoryKV(), WINDOW, JoinType.INNER, ids=True)
         records = found[partition] = []
         for start in range(0, len(auctions), CHUNK):
+            # A fresh operator per chunk: the records are the same (every key is new), and the
+            # in-memory store stays small (its sorted inserts slow down as it grows).
+            join = WindowedJoin(MemoryKV(), WINDOW, JoinType.INNER, ids=True)
             for auction in auctions[start : start + CHUNK]:
                 value = {"event_id": f"{auction}-i", "auction_id": auction, "campaign_id": "c", "ts": ts}
                 join.process("left", auction.encode(), ts, f"{auction}-i".encode(), orjson.dumps(value))
