@@ -15,7 +15,9 @@ stock Faust workers keeps working on the stock protocol
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import functools
 import json
 import logging
@@ -41,6 +43,7 @@ from assignor.faust_routing import RoutingUnavailable, prefetch, register_view
 from assignor.faust_scenario import (
     Join,
     MemberInfo,
+    Warmups,
     build_scenario,
     copartition_groups,
     kafka_partitions,
@@ -82,6 +85,11 @@ class TandemAssignor(PartitionAssignor):
         self._info: RebalanceInfo | None = None
         self._routing: wire.RoutingTable | None = None
         self.stock = StockProtocol(self)
+        # Warm-ups (KIP-441): the leader's changelog end offsets, looked up for each round.
+        self._end_offsets: dict[str, dict[int, int]] = {}
+        self._lookup: asyncio.Task[dict[str, dict[int, int]]] | None = None
+        self._led_epoch = -1  # the epoch this member last planned as the group's leader
+        self._probe: asyncio.TimerHandle | None = None  # the periodic probing rebalance
 
     # ------------------------------------------------------------ what the app reads
 
@@ -93,7 +101,22 @@ class TandemAssignor(PartitionAssignor):
         return {t: list(p) for t, p in self._own.active.items()}
 
     def standbys(self) -> dict[str, list[int]]:
+        """Standby replicas, warm-ups not included (see `warmups()`)."""
         return {t: list(p) for t, p in self._own.standby.items()}
+
+    def warmups(self) -> dict[str, list[int]]:
+        """Warm-up replicas: changelog partitions to tail like a standby until caught up, when
+        the task moves here (Kafka sees them as standbys: `assigned_standbys()` has them)."""
+        return {t: list(p) for t, p in self._own.warmup.items()}
+
+    @property
+    def pending_moves(self) -> int:
+        """Moves the group's last plan holds back until their warm-ups catch up."""
+        return self._own.stats.pending
+
+    @property
+    def led_last_round(self) -> bool:
+        return self._led_epoch == self._epoch and self._epoch > 0
 
     @property
     def epoch(self) -> int:
@@ -124,7 +147,8 @@ class TandemAssignor(PartitionAssignor):
 
     @property
     def version(self) -> int:
-        return wire.VERSION
+        """Protocol metadata version: tells the leader this member reads warm-up assignments."""
+        return wire.VERSION_WARMUPS
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         data = wire.encode_subscription(self.subscription())
@@ -140,7 +164,7 @@ class TandemAssignor(PartitionAssignor):
             rack=s.rack,
             capacity=s.capacity,
             previous_active=self._own.active,
-            previous_standby=self._own.standby,
+            previous_standby=_merged(self._own.standby, self._own.warmup),  # as the contract asks
             local_offsets=self._read_local_offsets(),
         )
 
@@ -164,7 +188,7 @@ class TandemAssignor(PartitionAssignor):
             members: dict[str, MemberInfo] = {}
             for member, md in member_metadata.items():
                 state, _ = wire.read_subscription(md.user_data, member)
-                members[member] = MemberInfo(frozenset(md.subscription), state)
+                members[member] = MemberInfo(frozenset(md.subscription), state, int(md.version or 0))
             return self.assign_members(cluster, members)
 
     def assign_members(
@@ -197,6 +221,7 @@ class TandemAssignor(PartitionAssignor):
             self.settings.standby_replicas,
             self.joins,
             self.settings.acceptable_recovery_lag,
+            self._warmup_input(),
         )
         result = plan_with_stats(scenario)
         planned = result.assignment
@@ -206,9 +231,15 @@ class TandemAssignor(PartitionAssignor):
         urls = {m: info.state.url for m, info in members.items() if info.state.url}
         self._routing = routing_table(planned, urls, groups, counts)
         own = member_assignments(planned, members, groups, str(self._url), stats)
+        self._led_epoch = int(planned.get("epoch", 0))
+        names = {m: info.state.url or info.state.host or m for m, info in members.items()}
+        _log_pending(planned, scenario, names)
         return {
             member: self._protocol_assignment(
-                with_global_tables(own[member], members[member].subscription, global_counts),
+                wire.for_reader(
+                    with_global_tables(own[member], members[member].subscription, global_counts),
+                    members[member].wire_version,
+                ),
                 members[member].subscription,
                 tables | set(global_counts),
             )
@@ -224,6 +255,69 @@ class TandemAssignor(PartitionAssignor):
             wire.encode_assignment(own),
         )
 
+    # ------------------------------------------------------------ warm-ups and probing
+
+    def _warmup_input(self) -> Warmups | None:
+        s = self.settings
+        if not s.warmups:
+            return None
+        ends, self._end_offsets = self._end_offsets, {}  # this round's only
+        return Warmups(s.acceptable_recovery_lag, s.max_warmup_replicas, ends)
+
+    def join_starting(self) -> None:
+        """Before JoinGroup (consumer thread): the member that led the last round will likely
+        lead this one, so it starts the end-offset lookup while the broker holds the join."""
+        if self._lookup is not None and self._lookup.done():
+            self._lookup = None  # a past round's (this member did not lead it): stale
+        if self.settings.warmups and self.led_last_round and self._lookup is None:
+            self._lookup = asyncio.ensure_future(self._lookup_end_offsets())
+            self._lookup.add_done_callback(_quiet)
+
+    async def prepare_assignment(self) -> None:
+        """Before this member plans as the leader: the changelogs' end offsets, bounded in
+        time. A slow or failed lookup means "no end offsets" (the planner then uses the highest
+        offset any member reports): it never holds up the group round."""
+        self._end_offsets = {}
+        if not self.settings.warmups:
+            return
+        task, self._lookup = self._lookup, None
+        if task is None:
+            task = asyncio.ensure_future(self._lookup_end_offsets())
+        budget = self.settings.end_offsets_timeout_ms / 1000
+        try:
+            self._end_offsets = await asyncio.wait_for(task, budget)
+        except Exception as exc:  # TimeoutError, broker errors: plan without them
+            log.warning("tandem: no changelog end offsets this round (%r): members' offsets used", exc)
+
+    async def _lookup_end_offsets(self) -> dict[str, dict[int, int]]:
+        topics = self._join_changelogs() | self._table_changelogs()
+        if not topics:
+            return {}
+        servers = faust_internals.server_list(self.app.conf.broker, 9092)
+        budget = self.settings.end_offsets_timeout_ms / 1000
+        return await faust_internals.end_offsets(servers, topics, self.settings.fetch_high_watermarks, budget)
+
+    def request_probe(self, why: str) -> bool:
+        """Ask the group for a rebalance now (a warm-up caught up, or the probing interval)."""
+        log.info("tandem: asking for a probing rebalance: %s", why)
+        return faust_internals.request_rejoin(self.app)
+
+    def _schedule_probe(self) -> None:
+        """The leader of a round that left moves pending asks for a rebalance every probing
+        interval (the fallback: members whose warm-up caught up ask at once)."""
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
+        if not (self.led_last_round and self.pending_moves):
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop: not in a consumer
+            loop = asyncio.get_running_loop()
+            self._probe = loop.call_later(
+                self.settings.probing_rebalance_interval_s,
+                self.request_probe,
+                f"{self.pending_moves} move(s) pending for {self.settings.probing_rebalance_interval_s:g} s",
+            )
+
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         try:
             own = wire.decode_assignment(assignment.user_data)
@@ -237,7 +331,8 @@ class TandemAssignor(PartitionAssignor):
         """Make Faust's internals (tables, routing, transactions) see this assignment."""
         self._own = own
         self._epoch = own.epoch
-        self._assignment = ClientAssignment(actives=own.active, standbys=own.standby)
+        # Kafka-wise a warm-up is a standby: Faust tails a Faust table's warm-up like one.
+        self._assignment = ClientAssignment(actives=own.active, standbys=_merged(own.standby, own.warmup))
         self._active_tps = self._assignment.active_tps
         self._standby_tps = self._assignment.standby_tps
         self._topic_groups = {t: i for i, g in enumerate(own.topic_groups) for t in g}
@@ -248,6 +343,7 @@ class TandemAssignor(PartitionAssignor):
         if self._routing is None and protocol == PROTOCOL:
             prefetch(self, self.app.loop)
         self._info = RebalanceInfo(own.epoch, protocol, own.stats, time.time())
+        self._schedule_probe()
 
     def _own_distribution(self, own: wire.Assignment) -> None:
         # Faust's table_metadata()/key_store() read these maps; Tandem's assignment
@@ -389,7 +485,58 @@ def _stats(planned: PlanStats, started: float) -> wire.RebalanceStats:
         moved_warm=planned.moved_warm,
         moved_cold=planned.moved_cold,
         plan_ms=int((time.monotonic() - started) * 1000),
+        pending=planned.pending,
+        warmups=sum(planned.warmups.values()),
     )
+
+
+def _quiet(task: asyncio.Future[Any]) -> None:
+    """An end-offset lookup nobody waited for: its failure is not news."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _merged(first: wire.TopicPartitions, second: wire.TopicPartitions) -> wire.TopicPartitions:
+    if not second:
+        return first
+    merged = {t: set(p) for t, p in first.items()}
+    for topic, partitions in second.items():
+        merged.setdefault(topic, set()).update(partitions)
+    return {t: sorted(p) for t, p in merged.items()}
+
+
+def _log_pending(
+    planned: Mapping[str, Any], scenario: Mapping[str, Any], names: Mapping[str, str], shown: int = 10
+) -> None:
+    """The leader's log of the moves it holds back (what an operator greps for)."""
+    moves = planned.get("pending_moves", [])
+    if moves:
+        warming = sum(1 for m in moves if m["warmup"])
+        log.info("tandem: %s move(s) pending, %s warming up", len(moves), warming)
+    for move in moves[:shown]:
+        log.info(
+            "tandem: task %s#%s stays on %s until %s has caught up (%s; %s)",
+            "+".join(move["topics"]), move["partition"], names.get(move["from"], move["from"]),
+            names.get(move["to"], move["to"]),
+            "warming up" if move["warmup"] else "waiting for a warm-up slot", _target_lag(scenario, move),
+        )  # fmt: skip
+
+
+def _target_lag(scenario: Mapping[str, Any], move: Mapping[str, Any]) -> str:
+    """How far the move's target is behind, per changelog partition, as the planner saw it."""
+    partition, members = move["partition"], scenario["members"]
+    ends = scenario.get("changelog_end_offsets", {})
+    parts = []
+    for topic in sorted(set(move["topics"]) & set(scenario["changelog_topics"])):
+        reported = [m.get("local_offsets", {}).get(topic, {}).get(partition) for m in members.values()]
+        end = ends.get(topic, {}).get(partition, max((o for o in reported if o is not None), default=None))
+        local = members[move["to"]].get("local_offsets", {}).get(topic, {}).get(partition)
+        if local is None or end is None:
+            behind = "no offset" if local is None else "end unknown"
+        else:
+            behind = f"{max(0, end - local):,} behind"
+        parts.append(f"{topic}[{partition}] {behind} (end {end})")
+    return ", ".join(parts)
 
 
 def _groups_from_stock(topic_groups: Mapping[str, int]) -> list[list[str]]:
@@ -459,6 +606,8 @@ def install(
         offsets_shape(local_offsets())  # loud at start-up, not silently empty at every rebalance
         if local_offsets not in assignor.local_offsets:
             assignor.local_offsets.append(local_offsets)
+    if not any(getattr(s, "faust_tables", False) for s in assignor.local_offsets):
+        assignor.local_offsets.append(_FaustTableOffsets(app))
     faust_internals.install_group_join()
     faust_internals.delay_follower_sync(assignor.settings.follower_sync_delay_ms / 1000)
     faust_internals.install_consumer(
@@ -468,6 +617,18 @@ def install(
     if app.conf.web_enabled:
         register_view(app, assignor)
     return assignor
+
+
+class _FaustTableOffsets:
+    """The local offsets of the app's Faust tables (their changelogs are in the plan too)."""
+
+    faust_tables = True
+
+    def __init__(self, app: AppT) -> None:
+        self.app = app
+
+    def __call__(self) -> dict[str, dict[int, int]]:
+        return faust_internals.faust_table_offsets(self.app)
 
 
 async def _verify_joins(assignor: TandemAssignor, bootstrap: list[str]) -> None:

@@ -20,6 +20,9 @@ installed versions differ or an internal it relies on is gone.
   broker answers an early follower a second late).
 - `set_current_partition()`: makes Faust tables, updated outside an agent, write to a
   given partition (Faust reads the partition from the current event).
+- `request_rejoin()`: asks the group coordinator for a rebalance (probing rebalances);
+  the group join calls the assignor's `prepare_assignment()` (changelog end offsets)
+  before the leader assigns, bounded in time.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from aiokafka.consumer import group_coordinator as gc
 from aiokafka.protocol.group import JoinGroupRequest
 from faust.events import Event
 from faust.exceptions import ImproperlyConfigured
+from faust.tables.manager import TableManager
 from faust.transport.consumer import Consumer as FaustConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer, server_list
 from faust.types import TP, AppT
@@ -67,6 +71,8 @@ _INTERNALS: list[tuple[Any, str]] = [
     (gc.CoordinatorGroupRebalance, "perform_group_join"),
     (gc.CoordinatorGroupRebalance, "_on_join_follower"),
     (gc.CoordinatorGroupRebalance, "_on_join_leader"),
+    (gc.GroupCoordinator, "request_rejoin"),
+    (TableManager, "_recovery"),
     (faust.streams, "_current_event"),
 ]
 
@@ -181,26 +187,82 @@ async def fetched_high_watermarks(
     bootstrap: list[str], tps: list[TP], timeout_s: float = 30.0
 ) -> dict[TP, int]:
     """Each partition's high watermark as a fetch response reports it (correct on every broker)."""
-    probe = aiokafka.AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False
-    )
+    if not tps:
+        return {}  # a worker with only standbys: aiokafka's end_offsets([]) never returns
+    probe = _probe(bootstrap)
     await probe.start()
     try:
         wanted = [aiokafka.TopicPartition(tp.topic, tp.partition) for tp in tps]
-        probe.assign(wanted)
-        ends = await probe.end_offsets(wanted)  # short by up to a batch: read its last batch
-        for tp in wanted:
-            probe.seek(tp, max(0, int(ends[tp]) - 1))
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            marks = {tp: probe.highwater(tp) for tp in wanted}
-            if None not in marks.values():
-                return {TP(tp.topic, tp.partition): int(mark) for tp, mark in marks.items()}  # type: ignore[arg-type]
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"no high watermark for {[tp for tp, m in marks.items() if m is None]}")
-            await probe.getmany(timeout_ms=200, max_records=1)
+        marks = await _fetched_marks(probe, wanted, timeout_s)
+        return {TP(tp.topic, tp.partition): mark for tp, mark in marks.items()}
     finally:
         await probe.stop()
+
+
+def _probe(bootstrap: list[str]) -> aiokafka.AIOKafkaConsumer:
+    return aiokafka.AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False
+    )
+
+
+async def _fetched_marks(
+    probe: aiokafka.AIOKafkaConsumer, wanted: list[aiokafka.TopicPartition], timeout_s: float
+) -> dict[aiokafka.TopicPartition, int]:
+    probe.assign(wanted)
+    ends = await probe.end_offsets(wanted)  # short by up to a batch: read its last batch
+    for tp in wanted:
+        probe.seek(tp, max(0, int(ends[tp]) - 1))
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        marks = {tp: probe.highwater(tp) for tp in wanted}
+        if None not in marks.values():
+            return {tp: int(mark) for tp, mark in marks.items()}  # type: ignore[arg-type]
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"no high watermark for {[tp for tp, m in marks.items() if m is None]}")
+        await probe.getmany(timeout_ms=200, max_records=1)
+
+
+async def end_offsets(
+    bootstrap: list[str], topics: set[str], from_fetch: bool, timeout_s: float
+) -> dict[str, dict[int, int]]:
+    """topic -> partition -> end offset of every partition of the topics that exist: from fetch
+    responses' high watermarks (`from_fetch`, for a broker whose ListOffsets is short) or from
+    ListOffsets. Raises TimeoutError after `timeout_s`; the caller decides what that means."""
+    probe = _probe(bootstrap)
+
+    async def lookup() -> dict[aiokafka.TopicPartition, int]:
+        await probe.start()
+        cluster = await probe._client.fetch_all_metadata()
+        wanted = [
+            aiokafka.TopicPartition(t, p)
+            for t in sorted(topics)
+            for p in sorted(cluster.partitions_for_topic(t) or ())
+        ]
+        if not wanted:
+            return {}
+        if from_fetch:
+            return await _fetched_marks(probe, wanted, timeout_s)
+        return {tp: int(end) for tp, end in (await probe.end_offsets(wanted)).items()}
+
+    try:
+        found = await asyncio.wait_for(lookup(), timeout_s)
+    finally:
+        await probe.stop()
+    result: dict[str, dict[int, int]] = {}
+    for tp, end in found.items():
+        result.setdefault(tp.topic, {})[tp.partition] = end
+    return result
+
+
+def request_rejoin(app: AppT) -> bool:
+    """Ask the group coordinator for a rebalance (from any thread): False if the consumer has
+    not started. aiokafka's coordinator then rejoins the group with fresh metadata."""
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None) if thread is not None else None
+    if consumer is None or consumer._coordinator is None:
+        return False
+    thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)  # type: ignore[union-attr]
+    return True
 
 
 class TandemConsumer(Consumer):
@@ -334,6 +396,10 @@ def install_group_join() -> None:
 
 
 async def _perform_group_join(self: Any) -> tuple[str, bytes] | None:
+    for assignor in self._assignors:
+        starting = getattr(assignor, "join_starting", None)
+        if starting is not None:
+            starting()  # e.g. look up end offsets while the broker holds the JoinGroup
     if len(self._assignors) < 2:
         return await _ORIGINAL_JOIN(self)  # type: ignore[no-any-return]
     protocols = [(a.name, _encoded(a.metadata(self._subscription.topics))) for a in self._assignors]
@@ -387,6 +453,10 @@ async def _on_joined(self: Any, response: Any) -> tuple[str, bytes] | None:
         response.group_protocol,
     )
     if response.leader_id == response.member_id:
+        for assignor in self._assignors:
+            prepare = getattr(assignor, "prepare_assignment", None)
+            if prepare is not None:
+                await prepare()  # bounded in time by the assignor; never raises
         assignment = await self._on_join_leader(response)
     else:
         assignment = await self._on_join_follower()
@@ -423,6 +493,54 @@ def delay_follower_sync(seconds: float) -> None:
 
     on_join_follower.tandem_delay = seconds  # type: ignore[attr-defined]
     gc.CoordinatorGroupRebalance._on_join_follower = on_join_follower  # type: ignore[method-assign]
+
+
+# -- Faust tables' changelog offsets (warm-ups) ----------------------------------------------
+
+
+def faust_table_offsets(app: AppT) -> dict[str, dict[int, int]]:
+    """Changelog topic -> partition -> offset held by this worker's Faust tables (not global
+    ones): what standbys and warm-ups have read (Faust's recovery), and what the open RocksDB
+    stores of actives persisted. A partition read to the end of an empty changelog counts as
+    offset 0 (warm-ups need an offset to be caught up). Called from the consumer's thread:
+    copies before it reads."""
+    found: dict[str, dict[int, int]] = {}
+    recovery = getattr(app.tables, "_recovery", None)  # None before the worker started
+    if recovery is None:
+        return found
+    for offsets in (dict(recovery.active_offsets), dict(recovery.standby_offsets)):
+        for tp, offset in offsets.items():
+            table = recovery.tp_to_table.get(tp)
+            if table is None or getattr(table, "is_global", False):
+                continue
+            if offset is None and faust_standby_lag(app, tp) == 0:
+                offset = 0
+            if offset is not None:
+                found.setdefault(tp.topic, {})[tp.partition] = int(offset)
+    for table in list(app.tables.values()):  # type: ignore[attr-defined]
+        if getattr(table, "is_global", False):
+            continue
+        topic = table.changelog_topic.get_topic_name()
+        for partition in list(getattr(table.data, "_dbs", {})):  # open RocksDB stores only
+            persisted = table.persisted_offset(TP(topic, partition))
+            if persisted is not None:
+                mine = found.setdefault(topic, {})
+                mine[partition] = max(int(persisted), mine.get(partition, -1))
+    return found
+
+
+def faust_standby_lag(app: AppT, tp: TP) -> int | None:
+    """Records a Faust table's standby (or warm-up) changelog partition is behind its end,
+    from the consumer's high watermark (None: not known yet)."""
+    try:
+        end = app.consumer.highwater(tp)
+    except Exception:  # not assigned on the consumer (yet)
+        return None
+    if end is None:
+        return None
+    recovery = getattr(app.tables, "_recovery", None)
+    offset = recovery.standby_offsets.get(tp) if recovery is not None else None
+    return max(0, int(end) - 1 - (-1 if offset is None else int(offset)))
 
 
 def committed_offsets(app: AppT) -> Mapping[TP, int | None]:

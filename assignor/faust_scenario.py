@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from assignor.wire import Assignment, RebalanceStats, RoutingTable, Subscription, TopicPartitions
+from assignor.wire import VERSION, Assignment, RebalanceStats, RoutingTable, Subscription, TopicPartitions
 
 
 class CopartitionError(RuntimeError):
@@ -36,6 +36,16 @@ class MemberInfo:
 
     subscription: frozenset[str]
     state: Subscription
+    wire_version: int = VERSION  # the protocol metadata version: which assignments it reads
+
+
+@dataclass(frozen=True)
+class Warmups:
+    """The scenario's warm-up inputs (docs/scenario-format.md, "Warm-up replicas")."""
+
+    acceptable_recovery_lag: int
+    max_warmup_replicas: int
+    end_offsets: Mapping[str, Mapping[int, int]]  # changelog topic -> partition -> end; may be empty
 
 
 def verify_copartitioned(joins: Iterable[Join], counts: Mapping[str, int]) -> None:
@@ -140,18 +150,33 @@ def build_scenario(
     standby_replicas: int,
     joins: Sequence[Join] = (),
     acceptable_lag: int = 10_000,
+    warmups: Warmups | None = None,
 ) -> dict[str, Any]:
-    offsets = fresh_offsets(members, acceptable_lag)
-    return {
+    """The planner's scenario. Without warm-ups, local offsets further than `acceptable_lag`
+    behind the freshest copy are left out (they would not count as warm); with warm-ups the
+    planner is given every offset and the end offsets, and judges the lags itself."""
+    if warmups is None:
+        offsets = fresh_offsets(members, acceptable_lag)
+    else:
+        offsets = {m: dict(info.state.local_offsets) for m, info in members.items()}
+    changelog_topics = sorted(set(changelogs) & set(counts))
+    scenario: dict[str, Any] = {
         "topics": dict(counts),
         "copartition_groups": [g for g in groups if len(g) > 1],
-        "changelog_topics": sorted(set(changelogs) & set(counts)),
+        "changelog_topics": changelog_topics,
         "standby_replicas": standby_replicas,
         "members": {
             member: _member(info, scenario_topics(joins, info.subscription), offsets[member])
             for member, info in members.items()
         },
     }
+    if warmups is not None:
+        scenario["acceptable_recovery_lag"] = warmups.acceptable_recovery_lag
+        scenario["max_warmup_replicas"] = warmups.max_warmup_replicas
+        ends = {t: dict(warmups.end_offsets[t]) for t in changelog_topics if warmups.end_offsets.get(t)}
+        if ends:
+            scenario["changelog_end_offsets"] = ends
+    return scenario
 
 
 def _member(info: MemberInfo, topics: list[str], offsets: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,6 +213,7 @@ def member_assignments(
             topic_groups=groups,
             leader_url=leader_url,
             stats=stats,
+            warmup=_copy(by_member.get(member, {}).get("warmup", {})),
         )
         for member in members
     }
@@ -206,7 +232,7 @@ def with_global_tables(
 def kafka_partitions(
     assignment: Assignment, subscription: frozenset[str], table_changelogs: Iterable[str]
 ) -> list[tuple[str, list[int]]]:
-    """What the consumer fetches: subscribed actives, plus standbys of Faust tables.
+    """What the consumer fetches: subscribed actives, plus standbys and warm-ups of Faust tables.
 
     Faust replays a table's standby changelog through its consumer; Tandem's own
     join state tails its standbys itself, and the consumer may only be given
@@ -218,6 +244,7 @@ def kafka_partitions(
             wanted.setdefault(topic, set()).update(partitions)
     for topic in set(table_changelogs) & subscription:
         wanted.setdefault(topic, set()).update(assignment.standby.get(topic, []))
+        wanted[topic].update(assignment.warmup.get(topic, []))
     return sorted((t, sorted(p)) for t, p in wanted.items() if p)
 
 

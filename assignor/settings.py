@@ -6,7 +6,11 @@
 | host | TANDEM_HOST | this machine's host name |
 | rack | TANDEM_RACK | none |
 | capacity | TANDEM_CAPACITY | 1.0 |
-| acceptable_recovery_lag | TANDEM_ACCEPTABLE_RECOVERY_LAG | 10000 records |
+| acceptable_recovery_lag | TANDEM_ACCEPTABLE_RECOVERY_LAG | 10000 records (Kafka Streams') |
+| warmups | TANDEM_WARMUPS | true: moves wait for a warm-up replica to catch up (KIP-441) |
+| max_warmup_replicas | TANDEM_MAX_WARMUP_REPLICAS | 2 (Kafka Streams') |
+| probing_rebalance_interval_s | TANDEM_PROBING_REBALANCE_INTERVAL_S | 600 (Kafka Streams' 10 min) |
+| end_offsets_timeout_ms | TANDEM_END_OFFSETS_TIMEOUT_MS | 2000: the leader's changelog end-offset lookup |
 | fetch_max_wait_ms | TANDEM_FETCH_MAX_WAIT_MS | 1500 (Faust's); the embedded broker needs ~100 |
 | follower_sync_delay_ms | TANDEM_FOLLOWER_SYNC_DELAY_MS | 0; the embedded broker needs ~150 |
 | fetch_high_watermarks | TANDEM_FETCH_HIGH_WATERMARKS | false; true on the embedded broker |
@@ -26,6 +30,8 @@ from typing import Any
 
 ENV_PREFIX = "TANDEM_"
 DEFAULT_RECOVERY_LAG = 10_000
+DEFAULT_MAX_WARMUPS = 2
+DEFAULT_PROBING_INTERVAL_S = 600.0
 
 
 class SettingsError(ValueError):
@@ -38,9 +44,16 @@ class TandemSettings:
     host: str = ""
     rack: str = ""
     capacity: float = 1.0
-    # A member's local state counts as warm for a task when its changelog offset
-    # is at most this many records behind the freshest copy any member reports.
+    # A member is caught up on a task when its changelog offset is at most this many
+    # records behind the changelog's end (without warm-ups: behind the freshest copy).
     acceptable_recovery_lag: int = DEFAULT_RECOVERY_LAG
+    # Warm-ups (KIP-441): a task moves to a member that is not caught up only once a
+    # warm-up replica there has caught up; the member then asks for a rebalance at once,
+    # and the leader asks for one every probing interval while moves are pending.
+    warmups: bool = True
+    max_warmup_replicas: int = DEFAULT_MAX_WARMUPS
+    probing_rebalance_interval_s: float = DEFAULT_PROBING_INTERVAL_S
+    end_offsets_timeout_ms: int = 2000
     # Consumer timings Faust does not expose (docs/embedded-broker.md).
     fetch_max_wait_ms: int = 1500
     follower_sync_delay_ms: int = 0
@@ -53,6 +66,14 @@ class TandemSettings:
             raise SettingsError(f"capacity must be a positive number, not {self.capacity}")
         if self.acceptable_recovery_lag < 0:
             raise SettingsError(f"acceptable_recovery_lag must be >= 0, not {self.acceptable_recovery_lag}")
+        if self.max_warmup_replicas < 0:
+            raise SettingsError(f"max_warmup_replicas must be >= 0, not {self.max_warmup_replicas}")
+        if not self.probing_rebalance_interval_s > 0:
+            raise SettingsError(
+                f"probing_rebalance_interval_s must be > 0, not {self.probing_rebalance_interval_s}"
+            )
+        if self.end_offsets_timeout_ms < 0:
+            raise SettingsError(f"end_offsets_timeout_ms must be >= 0, not {self.end_offsets_timeout_ms}")
         if self.fetch_max_wait_ms < 0 or self.follower_sync_delay_ms < 0:
             raise SettingsError("fetch_max_wait_ms and follower_sync_delay_ms must be >= 0")
         if not self.host:
@@ -83,10 +104,18 @@ def _parse(name: str, raw: str) -> Any:
         "capacity": float,
         "fetch_max_wait_ms": int,
         "follower_sync_delay_ms": int,
-        "fetch_high_watermarks": lambda raw: raw.lower() in ("1", "true", "yes", "on"),
+        "fetch_high_watermarks": _flag,
+        "warmups": _flag,
+        "max_warmup_replicas": int,
+        "probing_rebalance_interval_s": float,
+        "end_offsets_timeout_ms": int,
     }
     convert = converters.get(name, str)
     try:
         return convert(raw)
     except ValueError as exc:
         raise SettingsError(f"{ENV_PREFIX}{name.upper()}={raw!r}: {exc}") from exc
+
+
+def _flag(raw: str) -> bool:
+    return raw.lower() in ("1", "true", "yes", "on")

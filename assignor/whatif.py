@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assignor.core.plan import plan_with_stats
-from assignor.faust_scenario import Join, MemberInfo, build_scenario, copartition_groups, topic_counts
+from assignor.faust_scenario import (
+    Join,
+    MemberInfo,
+    Warmups,
+    build_scenario,
+    copartition_groups,
+    topic_counts,
+)
 from assignor.wire import Subscription
 
 GROUP_PATH = "/tandem/group.json"
@@ -138,6 +145,7 @@ class Group:
     counts: dict[str, int]  # from the routing table
     standby_replicas: int
     acceptable_lag: int
+    warmups: Warmups | None = None  # on in the group: planned as the leader would (end offsets unknown)
 
 
 def read_group(snapshot: Mapping[str, Any]) -> Group:
@@ -161,6 +169,9 @@ def read_group(snapshot: Mapping[str, Any]) -> Group:
         counts=counts,
         standby_replicas=int(planner["standby_replicas"]),
         acceptable_lag=int(planner["acceptable_recovery_lag"]),
+        warmups=Warmups(int(planner["acceptable_recovery_lag"]), int(planner["max_warmup_replicas"]), {})
+        if planner.get("warmups")
+        else None,
     )
 
 
@@ -189,7 +200,14 @@ def scenario_of(group: Group) -> dict[str, Any]:
     )
     changelogs = group.table_changelogs | {j.changelog for j in group.joins if j.changelog}
     return build_scenario(
-        by_id, counts, groups, changelogs, group.standby_replicas, group.joins, group.acceptable_lag
+        by_id,
+        counts,
+        groups,
+        changelogs,
+        group.standby_replicas,
+        group.joins,
+        group.acceptable_lag,
+        group.warmups,
     )
 
 

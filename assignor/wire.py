@@ -14,7 +14,9 @@ Three messages:
   changelog offsets of state on its disk), never a map of the cluster.
 * :class:`Assignment` (leader -> member): the member's own actives and
   standbys, the group's co-partition groups, the leader's url and the
-  rebalance's statistics.
+  rebalance's statistics; version 2 adds its warm-up replicas and the group's
+  pending moves (written only when there are some, and only to a member whose
+  protocol metadata says it reads version 2: see :data:`VERSION_WARMUPS`).
 * :class:`RoutingTable` (leader -> anyone who asks): which member url owns
   each partition, for key routing; too big to send to every member, so it is
   served separately (see docs/assignor-adapter.md).
@@ -32,12 +34,16 @@ import operator
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"TD"
-VERSION = 1
+VERSION = 1  # what subscriptions, routing tables and assignments without warm-ups are written as
+# Assignments with warm-ups (KIP-441): version 1 plus trailing fields. A member announces that it
+# reads them with this number as its protocol metadata version (outside the user data, which an
+# older leader reads unchanged); other members get their warm-ups as plain standbys.
+VERSION_WARMUPS = 2
 FLAG_ZLIB = 0x01
 KIND_SUBSCRIPTION, KIND_ASSIGNMENT, KIND_ROUTING = 1, 2, 3
 HEADER = struct.Struct(">2sBB")
@@ -77,6 +83,8 @@ class RebalanceStats:
     moved_warm: int = 0
     moved_cold: int = 0
     plan_ms: int = 0
+    pending: int = 0  # moves held on a caught-up member until their target has caught up
+    warmups: int = 0  # warm-up replicas in the whole group
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,12 @@ class Assignment:
     topic_groups: list[list[str]] = field(default_factory=list)
     leader_url: str = ""
     stats: RebalanceStats = field(default_factory=RebalanceStats)
+    warmup: TopicPartitions = field(default_factory=dict)  # changelog partitions to warm up
+
+    @property
+    def has_warmups(self) -> bool:
+        """Whether this assignment needs version 2 (warm-ups, or moves pending in the group)."""
+        return bool(self.warmup) or self.stats.pending > 0 or self.stats.warmups > 0
 
 
 @dataclass(frozen=True)
@@ -176,7 +190,7 @@ class _Writer:
                 self.topic(topic)
             self.sorted_partitions(parts)
 
-    def finish(self, kind: int) -> bytes:
+    def finish(self, kind: int, version: int = VERSION) -> bytes:
         table = _Writer()
         table.uint(kind)
         table.uint(len(self.names))
@@ -186,16 +200,16 @@ class _Writer:
         if len(body) >= MIN_COMPRESSED:
             packed = zlib.compress(body, 9)
             if len(packed) < len(body):
-                return HEADER.pack(MAGIC, VERSION, FLAG_ZLIB) + packed
-        return HEADER.pack(MAGIC, VERSION, 0) + body
+                return HEADER.pack(MAGIC, version, FLAG_ZLIB) + packed
+        return HEADER.pack(MAGIC, version, 0) + body
 
 
 # ---------------------------------------------------------------- reader
 
 
 class _Reader:
-    def __init__(self, data: bytes, kind: int) -> None:
-        self.data = _body(data)
+    def __init__(self, data: bytes, kind: int, versions: tuple[int, ...] = (VERSION,)) -> None:
+        self.version, self.data = _body(data, versions)
         self.pos = 0
         if self.uint() != kind:
             raise WireError(f"not a message of kind {kind}")
@@ -286,17 +300,18 @@ class _Reader:
             raise WireError(f"{len(self.data) - self.pos} trailing bytes")
 
 
-def _body(data: bytes) -> bytes:
+def _body(data: bytes, versions: tuple[int, ...]) -> tuple[int, bytes]:
     if len(data) < HEADER.size:
         raise WireError(f"{len(data)} bytes: shorter than the header")
     magic, version, flags = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise WireError(f"foreign user data (starts with {bytes(data[:4])!r})")
-    if version != VERSION:
-        raise WireError(f"wire version {version}; this worker reads version {VERSION}")
+    if version not in versions:
+        readable = " or ".join(map(str, versions))
+        raise WireError(f"wire version {version}; this worker reads version {readable} here")
     body = bytes(data[HEADER.size :])
     if not flags & FLAG_ZLIB:
-        return body
+        return version, body
     try:
         inflater = zlib.decompressobj()
         out = inflater.decompress(body, MAX_BODY)
@@ -304,7 +319,7 @@ def _body(data: bytes) -> bytes:
         raise WireError(f"bad zlib body: {exc}") from exc
     if inflater.unconsumed_tail or not inflater.eof:
         raise WireError("zlib body truncated or larger than allowed")
-    return out
+    return version, out
 
 
 def is_tandem(data: bytes | None) -> bool:
@@ -361,6 +376,8 @@ def read_subscription(data: bytes | None, member: str) -> tuple[Subscription, st
 
 
 def encode_assignment(assignment: Assignment) -> bytes:
+    """Version 1 bytes unless the assignment has warm-ups or pending moves (then version 2:
+    give those only to members that read it, see :func:`for_reader`)."""
     w = _Writer()
     w.uint(assignment.epoch)
     w.text(assignment.leader_url)
@@ -370,18 +387,40 @@ def encode_assignment(assignment: Assignment) -> bytes:
     s = assignment.stats
     for value in (s.tasks, s.kept, s.moved_warm, s.moved_cold, s.plan_ms):
         w.uint(value)
-    return w.finish(KIND_ASSIGNMENT)
+    if not assignment.has_warmups:
+        return w.finish(KIND_ASSIGNMENT)
+    w.topic_partitions(assignment.warmup)
+    w.uint(s.pending)
+    w.uint(s.warmups)
+    return w.finish(KIND_ASSIGNMENT, VERSION_WARMUPS)
 
 
 def decode_assignment(data: bytes) -> Assignment:
-    r = _Reader(data, KIND_ASSIGNMENT)
+    r = _Reader(data, KIND_ASSIGNMENT, (VERSION, VERSION_WARMUPS))
     epoch = r.uint()
     leader_url = r.text()
     active, standby = r.topic_partitions(), r.topic_partitions()
     groups = _read_groups(r)
-    stats = RebalanceStats(*(r.uint() for _ in range(5)))
+    counts = [r.uint() for _ in range(5)]
+    warmup: TopicPartitions = {}
+    if r.version >= VERSION_WARMUPS:
+        warmup = r.topic_partitions()
+        counts += [r.uint(), r.uint()]
     r.end()
-    return Assignment(epoch, active, standby, groups, leader_url, stats)
+    return Assignment(epoch, active, standby, groups, leader_url, RebalanceStats(*counts), warmup)
+
+
+def for_reader(assignment: Assignment, reader_version: int) -> Assignment:
+    """The assignment as a member of that protocol version can read it: a member that does not
+    read warm-ups gets them as standbys (it tails them the same way, and reports them back as
+    its standbys, which is what the planner expects of a warm-up), and version 1 bytes."""
+    if reader_version >= VERSION_WARMUPS or not assignment.has_warmups:
+        return assignment
+    standby = {t: list(p) for t, p in assignment.standby.items()}
+    for topic, partitions in assignment.warmup.items():
+        standby[topic] = sorted(set(standby.get(topic, [])) | set(partitions))
+    stats = replace(assignment.stats, pending=0, warmups=0)
+    return replace(assignment, standby=standby, warmup={}, stats=stats)
 
 
 def encode_routing(table: RoutingTable) -> bytes:

@@ -119,7 +119,7 @@ def _join_grid(name: str, workers: list[dict[str, Any]], routing: dict[str, Any]
             "active": [],
             "restoring": [],
             "standby": [],
-            "warmup": [],  # the assignment has no warm-ups yet
+            "warmup": [],  # workers warming it up (KIP-441): it moves to one once caught up
             "lag": None,
             "restore": None,  # restored, to_go, rate_per_s, eta_s of a restoring active
             "standby_lag": {},
@@ -136,6 +136,8 @@ def _join_grid(name: str, workers: list[dict[str, Any]], routing: dict[str, Any]
             if partition in j["standbys"]:
                 row["standby"].append(view["worker"])
                 row["standby_lag"][view["worker"]] = j["standby_lag"].get(str(partition))
+            if str(partition) in j.get("warmups", {}):
+                row["warmup"].append(view["worker"])
         rows.append(row)
     return {"partitions": count, "rows": rows}
 

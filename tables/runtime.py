@@ -47,6 +47,7 @@ from tables.keys import Side
 from tables.metrics import REBALANCE_KINDS, LatencyBuckets
 from tables.operator import Match
 from tables.partitioners import find_misplaced, misplaced_reason, partitions_for
+from tables.probing import Prober
 from tables.producing import changelog_configs, create_topics, start_sending
 from tables.results import Feed, JoinResults, Outgoing, Serializers
 from tables.settings import RuntimeSettings
@@ -523,13 +524,15 @@ class JoinRunner:
 
     # -- rebalances ----------------------------------------------------------------------------
 
-    async def assign(self, active: set[int], standby: set[int], epoch: int) -> None:
+    async def assign(
+        self, active: set[int], standby: set[int], epoch: int, warmup: set[int] | None = None
+    ) -> None:
         """Open, close and start restoring this join's partitions for a new assignment."""
         await _cancel(self._restore_task)
         self._restore_task = None
         if self.state is None:
             self.state = self.runtime.open_state(self.spec)
-        moves = await self.state.assign(active, standby)
+        moves = await self.state.assign(active, standby, warmup or ())
         for partition in set(self.aligner.holding()) - active:
             self.aligner.drop_partition(partition)
         for tp in [tp for tp in self.read_next if tp.partition not in active]:
@@ -548,9 +551,10 @@ class JoinRunner:
         for kind in REBALANCE_KINDS:
             self.stats.rebalance_partitions[kind] += len(getattr(self.rebalance, kind))
         log.info(
-            "tandem: join %r assigned actives %s standbys %s: kept %s, warm %s, cold %s; restoring %s",
-            self.spec.name, sorted(active), sorted(standby - active), moves.kept, moves.warm, moves.cold,
-            moves.to_restore,
+            "tandem: join %r assigned actives %s standbys %s warm-ups %s: kept %s, warm %s, cold %s; "
+            "restoring %s",
+            self.spec.name, sorted(active), self.state.standbys(), self.state.warmups(), moves.kept,
+            moves.warm, moves.cold, moves.to_restore,
         )  # fmt: skip
         self._revoking = False
         self.start()
@@ -723,6 +727,8 @@ class Runtime:
         self._installed = False
         self._timer: asyncio.Task[None] | None = None
         self._lock: DataDirLock | None = None
+        self.prober = Prober(self)
+        self._prober: asyncio.Task[None] | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -821,19 +827,24 @@ class Runtime:
 
     async def _on_assigned(self, sender: AppT, assigned: set[TP], **kwargs: Any) -> None:
         assignor = self.app.assignor
-        standby_tps = set(assignor.assigned_standbys())
+        standby_tps = set(assignor.assigned_standbys())  # warm-ups included (Kafka-wise standbys)
+        warmups = assignor.warmups() if hasattr(assignor, "warmups") else {}
         epoch = int(getattr(assignor, "epoch", 0) or 0)
         for runner in self.runners.values():
             topics = {*runner.spec.input_topics, runner.spec.changelog_topic}
             active = {tp.partition for tp in assigned if tp.topic == runner.spec.left.name}
             standby = {tp.partition for tp in standby_tps if tp.topic in topics}
-            await runner.assign(active, standby, epoch)
+            warmup = set(warmups.get(runner.spec.changelog_topic, ()))
+            await runner.assign(active, standby - warmup, epoch, warmup)
         self.refresh_offsets()
         if self._timer is None:
             self._timer = asyncio.create_task(self._refresh_offsets_every())
+        if self._prober is None:
+            self._prober = asyncio.create_task(self.prober.run())
 
     async def _on_shutdown(self, sender: AppT, **kwargs: Any) -> None:
         await _cancel(self._timer)
+        await _cancel(self._prober)
         for runner in self.runners.values():
             await runner.stop()
 

@@ -2,7 +2,7 @@
 or replicates (standby), restored and tailed from the join's changelog.
 
     state = JoinState(bootstrap, "app-clicks-changelog", data_dir, window=..., join_type=...)
-    moves = await state.assign(active={0, 1}, standby={2})   # opens, closes; tails standbys
+    moves = await state.assign(active={0, 1}, standby={2}, warmup={3})  # opens, closes; tails 2, 3
     await state.restore(moves.to_restore, on_ready)          # background: one partition at a time ready
     state.active(0).join.process(...)                         # the operator of an active partition
     await state.commit(0, producer)                           # changelog, then state + checkpoint
@@ -11,6 +11,8 @@ or replicates (standby), restored and tailed from the join's changelog.
 Partition p of the changelog belongs to task p (same number as the inputs). A
 partition that stays active is not touched by a rebalance: nothing is replayed.
 Revoked partitions are closed; their files stay for the assignor and for their return.
+A warm-up replica (KIP-441) is a standby with a flag: tailed the same way, shown apart,
+and its lag (`warmup_lags()`) tells the runtime when to ask for a probing rebalance.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class JoinState:
         self.sync_writes = sync_writes
         self.partitions: dict[int, StatePartition] = {}
         self.ready: set[int] = set()  # active partitions restored to the end of their changelog
+        self.warming: set[int] = set()  # standbys that are warm-up replicas of a pending move
         self.recovery = Recovery(
             bootstrap, changelog, self.partitions, self._rebuild, stall_timeout_s, reopen=self._reopen
         )
@@ -83,10 +86,15 @@ class JoinState:
 
     # -- assignment ------------------------------------------------------------
 
-    async def assign(self, active: Iterable[int], standby: Iterable[int]) -> Moves:
-        """Own `active`, stand by for `standby`, close the rest (files stay). Returns what
-        moved; the caller restores `to_restore` (in the background) before processing them."""
-        active, standby = set(active), set(standby) - set(active)
+    async def assign(
+        self, active: Iterable[int], standby: Iterable[int], warmup: Iterable[int] = ()
+    ) -> Moves:
+        """Own `active`, stand by for `standby` and warm up `warmup` (tailed like standbys),
+        close the rest (files stay). Returns what moved; the caller restores `to_restore`
+        (in the background) before processing them."""
+        active = set(active)
+        self.warming = set(warmup) - active
+        standby = (set(standby) | self.warming) - active
         await self._stop_tailing()
         on_disk = set(self.local_offsets())
         before = {p for p, s in self.partitions.items() if s.role == "active"}
@@ -99,6 +107,8 @@ class JoinState:
         for partition in sorted(active | standby):
             self._open(partition, "active" if partition in active else "standby")
         self.ready &= active
+        for partition in set(self.recovery.standby_lag) - standby:
+            del self.recovery.standby_lag[partition]  # no longer tailed here: its lag is stale
         moves.to_restore = sorted(active - self.ready)
         if standby:
             self._tail = asyncio.create_task(self.recovery.tail(sorted(standby)))
@@ -130,7 +140,15 @@ class JoinState:
         return sorted(p for p, s in self.partitions.items() if s.role == "active")
 
     def standbys(self) -> list[int]:
-        return sorted(p for p, s in self.partitions.items() if s.role == "standby")
+        """Standby partitions (warm-up replicas not included)."""
+        return sorted(p for p, s in self.partitions.items() if s.role == "standby" and p not in self.warming)
+
+    def warmups(self) -> list[int]:
+        return sorted(p for p, s in self.partitions.items() if s.role == "standby" and p in self.warming)
+
+    def warmup_lags(self) -> dict[int, int | None]:
+        """Warm-up partition -> records behind the changelog's end (None until a fetch saw it)."""
+        return {p: self.recovery.standby_lag.get(p) for p in self.warmups()}
 
     def restoring(self) -> dict[int, RestoreProgress]:
         """Active partitions still being restored, and how far each has come."""
@@ -158,10 +176,14 @@ class JoinState:
         that never raises: an unreadable store reports nothing (opening it repairs it)."""
         offsets = local_checkpoints(self.data_dir, self.table)
         for partition, state in self.partitions.items():
-            if state.checkpoint is None:
-                offsets.pop(partition, None)
-            else:
+            if state.checkpoint is not None:
                 offsets[partition] = state.checkpoint
+            elif self.recovery.standby_lag.get(partition) == 0:
+                # Tailed to the end of an empty changelog: as caught up as can be (with warm-ups,
+                # a replica that reports nothing counts as holding nothing).
+                offsets[partition] = 0
+            else:
+                offsets.pop(partition, None)
         return offsets
 
     # -- opening and closing -----------------------------------------------------------

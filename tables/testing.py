@@ -223,6 +223,9 @@ def embedded_env() -> dict[str, str]:
         "TANDEM_FETCH_MAX_WAIT_MS": str(FAST_GROUP_SETTINGS["fetch_max_wait_ms"]),
         "TANDEM_FOLLOWER_SYNC_DELAY_MS": str(FAST_GROUP_SETTINGS["follower_sync_delay_ms"]),
         "TANDEM_FETCH_HIGH_WATERMARKS": "1",
+        # Warm-ups: a pending move waits at most this long for its periodic probe (10 min in
+        # production); a caught-up warm-up asks at once anyway.
+        "TANDEM_PROBING_REBALANCE_INTERVAL_S": "30",
     }
 
 

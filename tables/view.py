@@ -32,6 +32,7 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "wire": _wire(app),
         "assignment": _assignment(app),
         "group_rebalance": _group_rebalance(app),
+        "probing_rebalances_asked": runtime.prober.probes,
         "joins": {name: join_view(app, runner) for name, runner in sorted(runtime.runners.items())},
         # Stores found damaged and set aside (then restored), per reason, since the process started.
         "damaged_stores": damage_counts(),
@@ -58,6 +59,8 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
         "partitions": runner.partitions,
         "actives": actives,
         "standbys": state.standbys() if state else [],
+        # Warm-up replicas (KIP-441): partition -> records behind the changelog's end.
+        "warmups": {str(p): lag for p, lag in state.warmup_lags().items()} if state else {},
         "restoring": {
             str(p): {
                 "restored": r.restored,
@@ -69,7 +72,11 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
             for p, r in sorted(restoring.items())
         },
         "lag": {str(p): input_lag(app, runner, p) for p in actives},
-        "standby_lag": {str(p): n for p, n in sorted(state.recovery.standby_lag.items())} if state else {},
+        "standby_lag": {
+            str(p): n for p, n in sorted(state.recovery.standby_lag.items()) if p not in state.warming
+        }
+        if state
+        else {},
         "results": stats.results,
         "unmatched": stats.unmatched,
         "joined": {str(p): stats.results_by_partition.get(p, 0) for p in actives},
@@ -124,12 +131,15 @@ def _wire(app: AppT) -> dict[str, list[int]]:
 def _assignment(app: AppT) -> dict[str, dict[str, list[int]]]:
     """The assignor's view of this member (with Tandem it includes the changelogs)."""
     found: dict[str, dict[str, list[int]]] = {"active": {}, "standby": {}}
+    warmups = app.assignor.warmups() if hasattr(app.assignor, "warmups") else {}
     for kind, tps in (
         ("active", app.assignor.assigned_actives()),
-        ("standby", app.assignor.assigned_standbys()),
+        ("standby", app.assignor.assigned_standbys()),  # Kafka-wise, warm-ups are standbys
     ):
         for tp in tps:
-            found[kind].setdefault(tp.topic, []).append(tp.partition)
+            if kind == "active" or tp.partition not in warmups.get(tp.topic, ()):
+                found[kind].setdefault(tp.topic, []).append(tp.partition)
+    found["warmup"] = warmups
     return {k: {t: sorted(p) for t, p in sorted(v.items())} for k, v in found.items()}
 
 
@@ -176,6 +186,9 @@ def _planner(app: AppT) -> dict[str, Any] | None:
         "global_changelogs": sorted(assignor._global_changelogs()),
         "standby_replicas": settings.standby_replicas,
         "acceptable_recovery_lag": settings.acceptable_recovery_lag,
+        "warmups": settings.warmups,
+        "max_warmup_replicas": settings.max_warmup_replicas,
+        "probing_rebalance_interval_s": settings.probing_rebalance_interval_s,
         "leader_url": assignor.own_assignment.leader_url,
     }
 
@@ -194,6 +207,8 @@ def _group_rebalance(app: AppT) -> dict[str, Any] | None:
         "moved_warm": stats.moved_warm,
         "moved_cold": stats.moved_cold,
         "plan_ms": stats.plan_ms,
+        "pending_moves": stats.pending,  # held on a caught-up owner until their warm-up catches up
+        "warmups": stats.warmups,
     }
 
 
@@ -232,6 +247,7 @@ def render_html(view: dict[str, Any]) -> str:
             ["restoring", j["restoring"]],
             ["input lag (records)", j["lag"]],
             ["standby lag (records)", j["standby_lag"]],
+            ["warm-ups (records behind)", j.get("warmups") or "none"],
             ["results", j["results"]],
             ["dead letters", j["dead_letters_by_category"] or 0],
             [
