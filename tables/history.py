@@ -59,19 +59,7 @@ class History:
         info = getattr(app.assignor, "last_rebalance", None)
         if info is None or (self.rebalances and self.rebalances[-1]["epoch"] == info.epoch):
             return
-        stats = info.stats
-        self.rebalances.append(
-            {
-                "epoch": info.epoch,
-                "at": info.received_at,
-                "protocol": info.protocol,
-                "tasks": stats.tasks,
-                "kept": stats.kept,
-                "moved_warm": stats.moved_warm,
-                "moved_cold": stats.moved_cold,
-                "plan_ms": stats.plan_ms,
-            }
-        )
+        self.rebalances.append({**(group_rebalance(app) or {}), "at": info.received_at})
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -90,3 +78,22 @@ def history_of(runtime: Runtime) -> History:
     if found is None:
         found = _histories[runtime] = History()
     return found
+
+
+def group_rebalance(app: AppT) -> dict[str, Any] | None:
+    """The whole group's last rebalance as the Tandem planner counted it (None on stock)."""
+    info = getattr(app.assignor, "last_rebalance", None)
+    if info is None:
+        return None
+    stats = info.stats
+    return {
+        "epoch": info.epoch,
+        "protocol": info.protocol,
+        "tasks": stats.tasks,
+        "kept": stats.kept,
+        "moved_warm": stats.moved_warm,
+        "moved_cold": stats.moved_cold,
+        "plan_ms": stats.plan_ms,
+        "pending_moves": stats.pending,  # held on a caught-up owner until their warm-up catches up
+        "warmups": stats.warmups,
+    }

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from faust.types import TP, AppT
 from faust.web import Request, Response, View
 
-from tables.history import SAMPLE_EVERY_S, history_of
+from tables.history import SAMPLE_EVERY_S, group_rebalance, history_of
 from tables.metrics import register_metrics_page, worker_name
 from tables.store import damage_counts
 
@@ -31,7 +31,7 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "epoch": getattr(assignor, "epoch", None),
         "wire": _wire(app),
         "assignment": _assignment(app),
-        "group_rebalance": _group_rebalance(app),
+        "group_rebalance": group_rebalance(app),
         "probing_rebalances_asked": runtime.prober.probes,
         "joins": {name: join_view(app, runner) for name, runner in sorted(runtime.runners.items())},
         # Stores found damaged and set aside (then restored), per reason, since the process started.
@@ -190,25 +190,6 @@ def _planner(app: AppT) -> dict[str, Any] | None:
         "max_warmup_replicas": settings.max_warmup_replicas,
         "probing_rebalance_interval_s": settings.probing_rebalance_interval_s,
         "leader_url": assignor.own_assignment.leader_url,
-    }
-
-
-def _group_rebalance(app: AppT) -> dict[str, Any] | None:
-    """The whole group's last rebalance as the Tandem planner counted it (None on stock)."""
-    info = getattr(app.assignor, "last_rebalance", None)
-    if info is None:
-        return None
-    stats = info.stats
-    return {
-        "epoch": info.epoch,
-        "protocol": info.protocol,
-        "tasks": stats.tasks,
-        "kept": stats.kept,
-        "moved_warm": stats.moved_warm,
-        "moved_cold": stats.moved_cold,
-        "plan_ms": stats.plan_ms,
-        "pending_moves": stats.pending,  # held on a caught-up owner until their warm-up catches up
-        "warmups": stats.warmups,
     }
 
 
