@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -136,6 +137,13 @@ def kept_and_warm(scn: dict[str, Any], owners: dict[Task, str]) -> tuple[int, in
 
 def oracle_best(scn: dict[str, Any]) -> tuple[int, int]:
     """(max kept, then max warm) over every balanced assignment, by exhaustive search."""
+    return _best_balanced(scn, lambda owners: kept_and_warm(scn, owners))
+
+
+def _best_balanced(
+    scn: dict[str, Any], score: Callable[[dict[Task, str]], tuple[int, int]]
+) -> tuple[int, int]:
+    """The highest `score` of any balanced assignment (exhaustive: small scenarios only)."""
     tasks = [
         (gi, p)
         for gi, group in enumerate(groups_of(scn))
@@ -147,7 +155,7 @@ def oracle_best(scn: dict[str, Any]) -> tuple[int, int]:
     for combo in itertools.product(*choices):
         owners = dict(zip(tasks, combo, strict=True))
         if is_balanced(scn, owners):
-            best = max(best, kept_and_warm(scn, owners))
+            best = max(best, score(owners))
     return best
 
 
@@ -293,19 +301,7 @@ def kept_and_warm_with_lags(
 def oracle_best_with_lags(scn: dict[str, Any]) -> tuple[int, int]:
     """(max kept, then max warm) over every balanced assignment, holders by finite lag."""
     held = warm_holders(scn)
-    tasks = [
-        (gi, p)
-        for gi, group in enumerate(groups_of(scn))
-        for p in range(max(scn["topics"][t] for t in group))
-        if eligible(scn, group)
-    ]
-    choices = [eligible(scn, groups_of(scn)[g]) for g, _ in tasks]
-    best = (-1, -1)
-    for combo in itertools.product(*choices):
-        owners = dict(zip(tasks, combo, strict=True))
-        if is_balanced(scn, owners):
-            best = max(best, kept_and_warm_with_lags(scn, owners, held))
-    return best
+    return _best_balanced(scn, lambda owners: kept_and_warm_with_lags(scn, owners, held))
 
 
 def warmups_of(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[Task, set[str]]:
