@@ -185,11 +185,8 @@ def _task_arcs(
     levels = 1 + problem.warm.most()
     warm_unit = len(flow_tasks) * levels + 1
     keep_unit = len(flow_tasks) * (warm_unit + levels) + 1
-    owner = problem.owner[flow_tasks]
     groups = group_of[flow_tasks]
-    own_slot = np.where(owner >= 0, slot_of[groups, np.maximum(owner, 0)], -1)
-    rows = np.nonzero(own_slot >= 0)[0]
-    kinds = [(rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows])]
+    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of[groups], keep_unit)]
     warm_rows, heads, costs, targets = [], [], [], []
     for i, task in enumerate(flow_tasks.tolist()):
         ranked = sorted(problem.warm.get(task).items(), key=lambda c: (-c[1], c[0]))
@@ -204,6 +201,22 @@ def _task_arcs(
         arcs = net.arcs(task_node[warm_rows], np.array(heads), 1, cost=np.array(costs))
         kinds.append((np.array(warm_rows), arcs, np.array(targets)))
     return kinds
+
+
+def _keep_arcs(
+    problem: ActiveProblem,
+    net: FlowNetwork,
+    flow_tasks: np.ndarray,
+    task_node: np.ndarray,
+    task_slots: np.ndarray,
+    keep_unit: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An arc from each open task that has an owner to its owner's slot, worth `keep_unit`."""
+    owner = problem.owner[flow_tasks]
+    rows = np.arange(len(flow_tasks))
+    own_slot = np.where(owner >= 0, task_slots[rows, np.maximum(owner, 0)], -1)
+    rows = np.nonzero(own_slot >= 0)[0]
+    return rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows]
 
 
 # OR-Tools scales costs by the node count internally: |cost| x nodes must stay in int64.
@@ -243,11 +256,8 @@ def _graded_task_arcs(
         bits, caught_unit = 0, 0
         warm_unit = n * 2 * levels + 1
         keep_unit = n * (warm_unit + 2 * levels) + 1
-    owner = problem.owner[flow_tasks]
     groups = group_of[flow_tasks]
-    own_slot = np.where(owner >= 0, slot_of[groups, np.maximum(owner, 0)], -1)
-    rows = np.nonzero(own_slot >= 0)[0]
-    kinds = [(rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows])]
+    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of[groups], keep_unit)]
     warm_rows, heads, targets, preference, caught = [], [], [], [], []
     for i, task in enumerate(flow_tasks.tolist()):
         # The freshest first; among equally fresh, a previous standby (a warm-up that caught up).
