@@ -43,6 +43,7 @@ from tables.store import (
     local_checkpoints,
 )
 from tables.testing import EmbeddedBroker, wait_for
+from tests.nobody import skip_unless_nobody_can_run_tandem
 from tests.test_tables_store_faults import fill_disk, tmpfs
 from tests.workers import _read
 
@@ -589,8 +590,7 @@ class NobodyWorker(WorkerProcess):
 @pytest.fixture
 def public_setup(broker: EmbeddedBroker, unique: str) -> Iterator[Setup]:
     """A set-up whose run dir `nobody` can reach (pytest's tmp_path is under a 0700 directory)."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run the worker as nobody (root ignores file modes)")
+    skip_unless_nobody_can_run_tandem()
     run_dir = Path(tempfile.mkdtemp(prefix="tandem-app-faults-", dir="/tmp"))
     run_dir.chmod(0o755)
     settings = dataclasses.replace(

@@ -48,6 +48,7 @@ from tables.store import (
     rebuild_store,
     safe_checkpoint,
 )
+from tests.nobody import skip_unless_nobody_can_run_tandem
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCHES = 3
@@ -174,8 +175,7 @@ def fill_disk(directory: Path) -> Path:
 @pytest.fixture
 def public_tmp() -> Iterator[Path]:
     """A temporary directory `nobody` can reach (pytest's own is under a 0700 directory)."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run a child as nobody (root ignores file modes)")
+    skip_unless_nobody_can_run_tandem()
     path = Path(tempfile.mkdtemp(prefix="tandem-faults-", dir="/tmp"))
     path.chmod(0o755)
     yield path
