@@ -10,6 +10,12 @@ group reading from the start and an empty state) on the embedded broker:
 
 - bare consumer: one aiokafka consumer assigned every partition of both topics,
   decoding each value with orjson, nothing else (no Faust, no group): the floor.
+- bare join, bare join+changelog, bare join+changelog+rocksdb: the floor of any join
+  of these topics in Python, with no framework (`join_bare`): the bare consumer pairing
+  each click with its impression by key (no window, expiry, validation, event-time
+  order, handler or Faust), producing each pair as whole acknowledged record batches;
+  then also every input record to a changelog; then also keeping the state in RocksDB
+  (a get per lookup, a write batch per fetch) instead of dicts.
 - consume-only: the reference worker whose join runner only moves the offsets it may
   commit (benchmarks/consume_only_app.py): same consumer, fetches, settings,
   assignor and state start-up. Its rate is what the runtime can read.
@@ -48,22 +54,33 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from rocksdict import Options, Rdict, WriteBatch
 
 from app.cluster import REPO, WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from app.traffic import ad_events, produce_events
+from tables.producing import changelog_configs, start_sending
+from tables.producing import create_topics as create_join_topics
 from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker
 
 PARTITIONS = 4
 BARE = "bare consumer"
+BARE_JOIN = "bare join"
+BARE_DURABLE = "bare join+changelog"
+BARE_ROCKSDB = "bare join+changelog+rocksdb"
 PIPELINES = {
     BARE: "",
+    BARE_JOIN: "",
+    BARE_DURABLE: "",
+    BARE_ROCKSDB: "",
     "consume-only": "benchmarks.consume_only_app",
     "tandem": "app",
     "faust-table": "benchmarks.faust_table_app",
 }
-JOINING = ("tandem", "faust-table")  # the pipelines that produce results: timed until all are out
+# The pipelines that produce results: timed until all are out.
+JOINING = ("tandem", "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB)
+BARE_PIPELINES = {BARE: "read", BARE_JOIN: "join", BARE_DURABLE: "durable", BARE_ROCKSDB: "rocksdb"}
 POLL_S = 0.1
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -146,17 +163,127 @@ async def _at_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool
     return True
 
 
-def run_bare(bootstrap: str, settings: Settings, total: int, timeout: float) -> dict[str, Any]:
-    """The bare consumer in a process of its own (its CPU apart from the benchmark's)."""
+class DictSides:
+    """The bare join's state in memory: per side, join key -> decoded value."""
+
+    def __init__(self) -> None:
+        self.sides: list[dict[bytes, Any]] = [{}, {}]
+
+    def get(self, side: int, key: bytes) -> Any:
+        return self.sides[side].get(key)
+
+    def put_all(self, side: int, records: list[tuple[bytes, bytes, Any]]) -> None:
+        self.sides[side].update((key, value) for key, _, value in records)
+
+
+class RocksSides:
+    """The bare join's state in one RocksDB (rocksdict) database: a get per lookup, one
+    write batch of the raw values per fetch and side; no window, no index, no checkpoint."""
+
+    def __init__(self, path: str) -> None:
+        self.db = Rdict(path, options=Options(raw_mode=True))
+        self.cached: list[dict[bytes, Any]] = [{}, {}]  # written in this fetch, not yet in the db
+
+    def get(self, side: int, key: bytes) -> Any:
+        found = self.cached[side].get(key)
+        if found is not None:
+            return found
+        raw = self.db.get(b"%d" % side + key)
+        return None if raw is None else orjson.loads(raw)
+
+    def put_all(self, side: int, records: list[tuple[bytes, bytes, Any]]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        prefix = b"%d" % side
+        for key, raw, _ in records:
+            batch.put(prefix + key, raw)
+        self.db.write(batch)
+
+
+async def join_bare(
+    bootstrap: str, topics: list[str], output: str, changelog: str | None, state_dir: str | None
+) -> dict[str, Any]:
+    """The least any join of these topics does, in Python, with no framework: read both
+    topics, decode, pair each click with its impression (no window, no expiry, no
+    validation, no order; in two dicts, or with `state_dir` in RocksDB), produce each pair
+    to `output` and, with `changelog`, every input record to a changelog, as whole record
+    batches acknowledged after each fetch (a join that commits must wait for them)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=FAST_GROUP_SETTINGS["fetch_max_wait_ms"],
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1)
+    await consumer.start()
+    await producer.start()
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        state: DictSides | RocksSides = DictSides() if state_dir is None else RocksSides(state_dir)
+        records = results = 0
+        started, cpu_started = time.perf_counter(), time.process_time()
+        while True:
+            fetched = await consumer.getmany(timeout_ms=200)
+            acks: list[tuple[object, int]] = []
+            for tp, found in fetched.items():
+                side = topics.index(tp.topic)
+                pairs: list[tuple[bytes | None, bytes | None]] = []
+                decoded: list[tuple[bytes, bytes, Any]] = []
+                for record in found:
+                    value = orjson.loads(record.value)
+                    decoded.append((record.key, record.value, value))
+                    other = state.get(1 - side, record.key)
+                    if other is not None:
+                        left, right = (value, other) if side == 0 else (other, value)
+                        pairs.append((record.key, orjson.dumps({"left": left, "right": right})))
+                state.put_all(side, decoded)
+                records += len(found)
+                results += len(pairs)
+                acks += await start_sending(producer, output, tp.partition, pairs)
+                if changelog is not None:
+                    logged = [(r.key, r.value) for r in found]
+                    acks += await start_sending(producer, changelog, tp.partition, logged)
+            for future, _ in acks:
+                await future  # type: ignore[misc]
+            if not fetched and await _at_end(consumer, tps):
+                break
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    finally:
+        await consumer.stop()
+        await producer.stop()
+    return {"records": records, "wall": wall, "cpu": cpu, "results": results}
+
+
+def run_bare(name: str, bootstrap: str, settings: Settings, total: int, timeout: float) -> dict[str, Any]:
+    """The bare consumer or a bare join, in a process of its own (its CPU apart from the
+    benchmark's)."""
+    mode = BARE_PIPELINES[name]
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_worker", "--bare", bootstrap,
-         settings.impressions, settings.clicks],  # fmt: skip
+        [sys.executable, "-m", "benchmarks.bench_worker", "--bare", mode, bootstrap,
+         settings.impressions, settings.clicks, settings.joins, floor_changelog(settings)],  # fmt: skip
         cwd=REPO, capture_output=True, text=True, timeout=timeout, check=True,
     )  # fmt: skip
     run: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     if run["records"] != total:
-        raise RuntimeError(f"{BARE}: read {run['records']} records, not {total}")
-    return {**run, "results": 0, "late": 0, "forced": 0}
+        raise RuntimeError(f"{name}: read {run['records']} records, not {total}")
+    return {"results": 0, **run, "late": 0, "forced": 0}
+
+
+def floor_changelog(settings: Settings) -> str:
+    return f"{settings.topic_prefix}floor-changelog"
+
+
+def bare_main(
+    mode: str, bootstrap: str, left: str, right: str, output: str, changelog: str
+) -> dict[str, Any]:
+    """One bare pipeline's run: `read` (the bare consumer), `join` or `durable` (join_bare)."""
+    if mode == "read":
+        return asyncio.run(read_bare(bootstrap, [left, right], PARTITIONS))
+    logged = changelog if mode in ("durable", "rocksdb") else None
+    if mode != "rocksdb":
+        return asyncio.run(join_bare(bootstrap, [left, right], output, logged, None))
+    with tempfile.TemporaryDirectory(prefix="bare-join-") as state_dir:
+        return asyncio.run(join_bare(bootstrap, [left, right], output, logged, state_dir))
 
 
 async def run_pipeline(
@@ -165,8 +292,12 @@ async def run_pipeline(
     """One pipeline's run, timed until every record is read and, for a join, every
     result is out (`joins` pairs): records read but still held, or joined but not yet
     handled, are work not done."""
-    if name == BARE:
-        return await asyncio.to_thread(run_bare, base.broker.removeprefix("kafka://"), base, total, timeout)
+    if name in BARE_PIPELINES:
+        bootstrap = base.broker.removeprefix("kafka://")
+        run = await asyncio.to_thread(run_bare, name, bootstrap, base, total, timeout)
+        if name in JOINING and run["results"] != joins:
+            raise RuntimeError(f"{name}: {run['results']:,} results, expected {joins:,}")
+        return run
     uid = uuid.uuid4().hex[:6]
     settings = dataclasses.replace(base, app_id=f"wb-{name}-{uid}")
     await create_topics(settings.broker.removeprefix("kafka://"), settings)
@@ -245,6 +376,8 @@ async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[s
             from_env(), broker=f"kafka://{broker.bootstrap}", topic_prefix="wb-", partitions=PARTITIONS
         )
         await create_topics(broker.bootstrap, base)
+        logged = floor_changelog(base)
+        await create_join_topics(broker.bootstrap, {logged: PARTITIONS}, {logged: changelog_configs(None)})
         total = await load_inputs(base, impressions)
         joins = total - impressions  # every click has its impression: one inner result each
         for n in range(rounds):
@@ -315,10 +448,10 @@ def main() -> None:
         default=",".join(PIPELINES),
         help=f"comma-separated, in the order run each round (default: all of {', '.join(PIPELINES)})",
     )
-    parser.add_argument("--bare", nargs=3, metavar=("BOOTSTRAP", "TOPIC", "TOPIC"), help=argparse.SUPPRESS)
+    parser.add_argument("--bare", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:  # the bare consumer's own process (run_bare)
-        print(json.dumps(asyncio.run(read_bare(args.bare[0], args.bare[1:], PARTITIONS))))
+        print(json.dumps(bare_main(*args.bare)))
         return
     pipelines = [name.strip() for name in args.pipelines.split(",") if name.strip()]
     unknown = [name for name in pipelines if name not in PIPELINES]
