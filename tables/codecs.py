@@ -209,6 +209,10 @@ class RecordForm(JsonForm):
         )
         self._well_formed = _compile_check(self.fields)
         self._make = _compile_build(model, self.fields, dict(options.defaults)) if self._plain else None
+        if self._make is not None:  # once per result side: decode and build in one call
+            self.stored = _compile_build(  # type: ignore[method-assign]
+                model, self.fields, dict(options.defaults), from_bytes=True
+            )
 
     def check(self, raw: bytes) -> Any:
         payload = super().check(raw)
@@ -289,11 +293,12 @@ def _compile_check(fields: list[_Field]) -> Callable[[dict[str, Any]], bool]:
 
 
 def _compile_build(
-    model: type[Record], fields: list[_Field], defaults: dict[str, Any]
+    model: type[Record], fields: list[_Field], defaults: dict[str, Any], from_bytes: bool = False
 ) -> Callable[[Any], Any]:
-    """`make(payload)`: the record, as Faust's from_data makes it for plain fields."""
+    """`make(payload)`: the record, as Faust's from_data makes it for plain fields; with
+    `from_bytes`, `make(raw)` of a value checked on arrival (decoded with orjson first)."""
     parts = ['"__evaluated_fields__": set()']
-    scope: dict[str, Any] = {"M": model, "new": model.__new__}
+    scope: dict[str, Any] = {"M": model, "new": model.__new__, "loads": orjson.loads}
     for i, f in enumerate(fields):
         if f.name in defaults:
             scope[f"d{i}"] = defaults[f.name]
@@ -303,7 +308,7 @@ def _compile_build(
     source = "\n".join(
         [
             "def make(p):",
-            "    g = p.get",
+            "    g = loads(p).get" if from_bytes else "    g = p.get",
             "    r = new(M)",
             "    r.__dict__ = {" + ", ".join(parts) + "}",
             "    return r",
@@ -403,6 +408,9 @@ class SideCodec:
         # Build the value for every input only when something needs the object itself.
         self.builds = form.needs_object or callable(timestamp) or callable(record_id) or validate is not None
         self.accept: Accept = self._accept()
+        # `value(raw)`: the app's value of a stored record (decoded again: state keeps the
+        # bytes); the form's own function, without a call in between (once per result side).
+        self.value: Callable[[bytes], Any] = form.stored
 
     def check(
         self, key: bytes | None, value: bytes | None, offset: int, message_ts: int | None
@@ -477,10 +485,6 @@ class SideCodec:
         if isinstance(found, bytes):
             return found
         return str(found).encode()
-
-    def value(self, raw: bytes) -> Any:
-        """The app's value of a stored record (decoded again: state keeps the bytes)."""
-        return self.form.stored(raw)
 
     def _accept(self) -> Accept:
         """`check` for the join's per-record loop: what it decides, with (ts, record id, built
