@@ -95,9 +95,9 @@ class _Input:
 
 @dataclass
 class _Partition(Generic[Item]):
-    # heap of (ts, arrival, input, offset, item): ts and arrival are unique together, so
-    # the input (its `_Input`, to mark the offset released) is never compared
-    held: list[tuple[int, int, _Input, int, Item]] = field(default_factory=list)
+    # heap of (ts, arrival, topic, offset, item): of plain values, so that the collector
+    # stops tracking an entry (a backlog holds tens of thousands)
+    held: list[tuple[int, int, str, int, Item]] = field(default_factory=list)
     inputs: dict[str, _Input] = field(default_factory=dict)
 
 
@@ -126,7 +126,7 @@ class Aligner(Generic[Item]):
         source = self._read(partition, topic, offset)
         source.highest_ts = ts if source.highest_ts is None else max(source.highest_ts, ts)
         source.hold(offset)
-        heapq.heappush(self._partitions[partition].held, (ts, next(self._arrivals), source, offset, item))
+        heapq.heappush(self._partitions[partition].held, (ts, next(self._arrivals), topic, offset, item))
 
     def add_many(
         self,
@@ -154,7 +154,7 @@ class Aligner(Generic[Item]):
                 source.hold(offset)
         held, arrivals = self._partitions[partition].held, self._arrivals
         entries = [
-            (ts, next(arrivals), source, offset, item)
+            (ts, next(arrivals), topic, offset, item)
             for ts, offset, item in zip(timestamps, offsets, items, strict=True)
         ]
         # (ts, arrival) orders the entries totally: the heap's layout never changes what is popped.
@@ -191,20 +191,20 @@ class Aligner(Generic[Item]):
         if held[0][0] > limit and len(held) <= max_held:
             return []  # the common case on a backlog: waiting for the other input
         out: list[Item] = []
-        pop = heapq.heappop
+        pop, inputs = heapq.heappop, state.inputs
         while held and held[0][0] <= limit:
             entry = pop(held)
             out.append(entry[4])
-            gone = entry[2].gone
+            gone = inputs[entry[2]].gone
             gone[entry[3]] = gone.get(entry[3], 0) + 1
         while len(held) > max_held:
             entry = pop(held)  # past the cap: released before its turn
             self.forced += 1
             out.append(entry[4])
-            gone = entry[2].gone
+            gone = inputs[entry[2]].gone
             gone[entry[3]] = gone.get(entry[3], 0) + 1
         if not held:
-            for source in state.inputs.values():
+            for source in inputs.values():
                 source.clear_held()
         return out
 
