@@ -209,6 +209,10 @@ class RecordForm(JsonForm):
         )
         self._well_formed = _compile_check(self.fields)
         self._make = _compile_build(model, self.fields, dict(options.defaults)) if self._plain else None
+        # `_well_formed` and `_make` in one pass over the fields (None: not well formed).
+        self._checked_make = (
+            _compile_build(model, self.fields, dict(options.defaults), checked=True) if self._plain else None
+        )
         if self._make is not None:  # once per result side: decode and build in one call
             self.stored = _compile_build(  # type: ignore[method-assign]
                 model, self.fields, dict(options.defaults), from_bytes=True
@@ -293,27 +297,32 @@ def _compile_check(fields: list[_Field]) -> Callable[[dict[str, Any]], bool]:
 
 
 def _compile_build(
-    model: type[Record], fields: list[_Field], defaults: dict[str, Any], from_bytes: bool = False
+    model: type[Record],
+    fields: list[_Field],
+    defaults: dict[str, Any],
+    from_bytes: bool = False,
+    checked: bool = False,
 ) -> Callable[[Any], Any]:
     """`make(payload)`: the record, as Faust's from_data makes it for plain fields; with
-    `from_bytes`, `make(raw)` of a value checked on arrival (decoded with orjson first)."""
+    `from_bytes`, `make(raw)` of a value checked on arrival (decoded with orjson first);
+    with `checked`, None unless the payload is well formed (`_compile_check`'s tests)."""
     parts = ['"__evaluated_fields__": set()']
     scope: dict[str, Any] = {"M": model, "new": model.__new__, "loads": orjson.loads}
+    lines = ["def make(p):", "    g = loads(p).get" if from_bytes else "    g = p.get"]
     for i, f in enumerate(fields):
+        lines.append(f"    v{i} = v = g({f.name!r})")
+        test = _type_test(f.annotation)  # of `v`
+        if checked and f.required and not f.nullable:
+            lines.append(f"    if v is None{' or not ' + test if test else ''}: return None")
+        elif checked and test:
+            lines.append(f"    if v is not None and not {test}: return None")
         if f.name in defaults:
             scope[f"d{i}"] = defaults[f.name]
-            parts.append(f"{f.name!r}: d{i} if (v := g({f.name!r})) is None else v")
+            parts.append(f"{f.name!r}: d{i} if v{i} is None else v{i}")
         else:
-            parts.append(f"{f.name!r}: g({f.name!r})")
-    source = "\n".join(
-        [
-            "def make(p):",
-            "    g = loads(p).get" if from_bytes else "    g = p.get",
-            "    r = new(M)",
-            "    r.__dict__ = {" + ", ".join(parts) + "}",
-            "    return r",
-        ]
-    )
+            parts.append(f"{f.name!r}: v{i}")
+    lines += ["    r = new(M)", "    r.__dict__ = {" + ", ".join(parts) + "}", "    return r"]
+    source = "\n".join(lines)
     exec(source, scope)  # noqa: S102 - code built from field names
     return scope["make"]  # type: ignore[no-any-return]
 
@@ -497,8 +506,11 @@ class SideCodec:
         form_check, build = form.check, form.build
         record = type(form) is RecordForm
         well_formed = form._well_formed if record else None  # type: ignore[attr-defined]
+        checked_make = None  # checks and builds a plain Record in one pass
         if record and form._make is not None:  # type: ignore[attr-defined]
             build = form._make  # type: ignore[attr-defined]
+            if builds:
+                checked_make = form._checked_make  # type: ignore[attr-defined]
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
         ts_field = self.timestamp if isinstance(self.timestamp, str) else None
         ts_from_message = self.timestamp is None
@@ -516,23 +528,29 @@ class SideCodec:
             decoded_key = key_of(key)
             if type(decoded_key) is Rejected:
                 return decoded_key
+            built = None
             if record:
                 try:
                     payload = loads(value)
                 except decode_error as exc:
                     return Rejected(f"malformed JSON: {exc.__class__.__name__}", "undecodable")
-                if type(payload) is not dict or not well_formed(payload):  # type: ignore[misc]
+                if type(payload) is not dict:
                     payload = form_check(value)  # the reason, as check finds it
+                elif checked_make is not None:
+                    if (built := checked_make(payload)) is None:
+                        payload = form_check(value)
+                elif not well_formed(payload):  # type: ignore[misc]
+                    payload = form_check(value)
             else:
                 payload = form_check(value)
             if type(payload) is Rejected:
                 return payload
-            built = None
             if builds:
-                try:
-                    built = build(payload)
-                except Exception as exc:  # a model's own validation, conversions
-                    return Rejected(f"{exc.__class__.__name__}: {str(exc)[:200]}", "wrong_type")
+                if built is None:
+                    try:
+                        built = build(payload)
+                    except Exception as exc:  # a model's own validation, conversions
+                        return Rejected(f"{exc.__class__.__name__}: {str(exc)[:200]}", "wrong_type")
                 if validate is not None:
                     reason = validate(decoded_key, built)
                     if reason:
