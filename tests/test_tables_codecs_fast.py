@@ -1,7 +1,8 @@
 """`SideCodec.accept`, the per-record fast path of the join runtime, against `SideCodec.check`
 (tables/codecs.py): on the same random records and join options both decide alike (the same
 rejection with the same reason, the same timestamp, id and built value), and call the join's
-`validate` the same number of times."""
+`validate` the same number of times; and the results handed to the handler, built in one
+loop, against one match at a time."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tables.api import JoinResult
 from tables.codecs import MAX_TS_MS, Accepted, SideCodec, key_check, value_form
+from tables.operator import Match
+from tables.results import Feed, JoinResults
 
 app = faust.App("codecs-fast-test", broker="kafka://127.0.0.1:1")
 
@@ -194,3 +198,42 @@ def test_the_common_case_takes_the_fast_path_and_keeps_the_built_record() -> Non
     got = codec.accept(b"a-1", orjson.dumps({"event_id": "e1", "auction_id": "a-1", "ts": now}), 5, None)
     assert type(got) is tuple and got[:2] == (now, b"e1")
     assert type(got[2]) is Event and got[2].auction_id == "a-1" and got[2].ts == now
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([b"a-1", b"7", b"x y"]),
+            st.one_of(st.none(), _good.map(orjson.dumps)),
+            st.one_of(st.none(), _good.map(orjson.dumps)),
+            st.integers(0, MAX_TS_MS),
+        ),
+        max_size=12,
+    ),
+    st.sampled_from(["record", "record with defaults", "validated record", "json", "raw"]),
+)
+def test_results_are_built_as_one_match_at_a_time_builds_them(
+    matches: list[tuple[bytes, bytes | None, bytes | None, int]], value_kind: str
+) -> None:
+    """The handler's results, built in one loop over a batch's matches with each form's
+    own `stored`, equal what `_result` gives per match with the generic decode."""
+    codec = make_codec(value_kind, str, {})
+    form = codec.form
+
+    def as_before(raw: bytes) -> typing.Any:
+        return form.build(form.check(raw)) if value_kind == "raw" else form.build(orjson.loads(raw))
+
+    def results(
+        value_of: typing.Callable[[bytes], typing.Any],
+    ) -> JoinResults[typing.Any, typing.Any, typing.Any]:
+        return JoinResults(app, Feed(), "events", codec.key, value_of, value_of, [], None)  # type: ignore[arg-type]
+
+    def kept(raw: bytes | None) -> bytes | None:  # the state keeps only what its check accepted
+        return raw if raw is not None and type(codec.check(b"k", raw, 0, 1)) is Accepted else None
+
+    found = [Match(key, kept(left), kept(right), ts) for key, left, right, ts in matches]
+    expected = [results(as_before)._result(m) for m in found]
+    got = results(codec.value)._results(found)
+    assert [type(r) for r in got] == [JoinResult] * len(found)
+    assert [tuple(map(_fields, r)) for r in got] == [tuple(map(_fields, r)) for r in expected]
