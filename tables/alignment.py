@@ -42,6 +42,10 @@ DEFAULT_MAX_HELD = 50_000
 # it is taken for done (a fresh group on a partition whose records all expired, or
 # transaction markers at the end, which take offsets but are no records).
 MAX_WAIT_UNHEARD_S = 60.0
+# Offsets released behind one still held (a record held long while those read after it
+# come and go) beyond this many, an input's list of held offsets is rebuilt: it stays
+# within about twice what is held.
+COMPACT_AT = 1024
 
 
 @dataclass
@@ -81,11 +85,27 @@ class _Input:
         if at == len(offsets):
             self.clear_held()
             return None
-        if at > 1024 and at * 2 > len(offsets):
+        if len(gone) > COMPACT_AT and len(gone) * 2 > len(offsets) - at:
+            self._compact(at)
+            at = 0
+        elif at > COMPACT_AT and at * 2 > len(offsets):
             del offsets[:at]
             at = 0
         self.start = at
-        return offsets[at]
+        return self.offsets[at]
+
+    def _compact(self, start: int) -> None:
+        """The offsets still held, from `start`, without those released (all of `gone`)."""
+        gone, kept = self.gone, []
+        for offset in itertools.islice(self.offsets, start, None):
+            count = gone.get(offset)
+            if count is None:
+                kept.append(offset)
+            elif count == 1:
+                del gone[offset]
+            else:
+                gone[offset] = count - 1
+        self.offsets = kept
 
     def clear_held(self) -> None:
         self.offsets.clear()

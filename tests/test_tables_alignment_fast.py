@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tables import alignment
 from tables.alignment import Aligner
 
 IMP, CLK = "impressions", "clicks"
@@ -161,8 +162,19 @@ _step = st.one_of(
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_step, max_size=60), st.sampled_from([3, 8, 50_000]))
-def test_the_incremental_aligner_does_what_the_reference_does(steps: list[tuple[Any, ...]], cap: int) -> None:
+@given(st.lists(_step, max_size=60), st.sampled_from([3, 8, 50_000]), st.sampled_from([0, 1, 3, 1024]))
+def test_the_incremental_aligner_does_what_the_reference_does(
+    steps: list[tuple[Any, ...]], cap: int, compact_at: int
+) -> None:
+    """`compact_at`: the held offsets are rebuilt that early too."""
+    default, alignment.COMPACT_AT = alignment.COMPACT_AT, compact_at
+    try:
+        run_both(steps, cap)
+    finally:
+        alignment.COMPACT_AT = default
+
+
+def run_both(steps: list[tuple[Any, ...]], cap: int) -> None:
     clock = Clock()
     new: Aligner[Any] = Aligner(TOPICS, max_wait_s=2.0, max_held=cap, clock=clock, max_wait_unheard_s=60.0)
     ref = ReferenceAligner(TOPICS, max_wait_s=2.0, max_held=cap, clock=clock, max_wait_unheard_s=60.0)
@@ -212,3 +224,23 @@ def test_the_incremental_aligner_does_what_the_reference_does(steps: list[tuple[
         assert new.held() == ref.held() and new.holding() == ref.holding()
         for partition in (0, 1):
             assert new.first_held(partition) == ref.first_held(partition)
+
+
+def test_the_held_offsets_stay_bounded_behind_a_record_held_long() -> None:
+    """A record far ahead in event time stays held while thousands read after it are
+    released: its input's bookkeeping is rebuilt instead of growing with every record."""
+    clock = Clock()
+    a: Aligner[Any] = Aligner(TOPICS, clock=clock)
+    ends = {IMP: 1 << 40, CLK: 1 << 40}  # both have more on the broker
+    a.add_many(0, IMP, [0], [10**9], ["far ahead"], 0)
+    for batch in range(20):
+        offsets = list(range(1 + batch * 500, 1 + (batch + 1) * 500))
+        a.add_many(0, IMP, offsets, [o for o in offsets], [("i", o) for o in offsets], offsets[-1])
+        a.add_many(0, CLK, [o - 1 for o in offsets], [o + 1 for o in offsets], [("c", o) for o in offsets],
+                   offsets[-1] - 1)  # fmt: skip
+        released = a.release(0, ends)
+        assert released and "far ahead" not in released
+        assert a.first_held(0)[IMP] == 0
+        source = a._partitions[0].inputs[IMP]
+        assert len(source.offsets) - source.start <= 2 * a.held(0) + 2 * alignment.COMPACT_AT
+    assert a.held(0) == 1  # the one far ahead
