@@ -119,6 +119,9 @@ class Serializers:
         return value
 
 
+_NO_TOPIC = object()  # before the first send_soon (None is no topic either, but an error)
+
+
 def _plain(value: Any) -> bytes | None:
     """A topic given by name: bytes as they are, str as UTF-8, anything else as JSON."""
     if value is None or type(value) is bytes:
@@ -153,7 +156,7 @@ class JoinResults(Generic[K, L, R]):
         self._event: object = None  # keeps Faust's current event alive (a weak reference)
         self.partition: int | None = None  # of the result being handled
         self._keys: set[bytes | None] | frozenset[bytes] = frozenset()  # join keys of what is handled
-        self._last_topic: object = None  # of the last send_soon, and its serializers
+        self._last_topic: object = _NO_TOPIC  # of the last send_soon, and its serializers
         self._last_serializers: tuple[str, Callable[[Any], bytes | None], Callable[[Any], bytes | None]]
 
     def __aiter__(self) -> JoinResults[K, L, R]:
