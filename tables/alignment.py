@@ -26,7 +26,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from bisect import insort
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -41,6 +42,10 @@ DEFAULT_MAX_HELD = 50_000
 # it is taken for done (a fresh group on a partition whose records all expired, or
 # transaction markers at the end, which take offsets but are no records).
 MAX_WAIT_UNHEARD_S = 60.0
+# Offsets released behind one still held (a record held long while those read after it
+# come and go) beyond this many, an input's list of held offsets is rebuilt: it stays
+# within about twice what is held.
+COMPACT_AT = 1024
 
 
 @dataclass
@@ -51,11 +56,67 @@ class _Input:
     last_offset: int | None = None  # of any record read, joined or dead-lettered
     last_read_at: float | None = None  # clock time of that record
     waiting_since: float | None = None  # first release it held back with nothing read
+    # Offsets of its records held, ascending from `start` (a topic partition is read in
+    # offset order: appended), some already released (counted in `gone`, dropped from
+    # the front lazily): the first held is found without scanning every held record.
+    offsets: list[int] = field(default_factory=list)
+    start: int = 0
+    gone: dict[int, int] = field(default_factory=dict)
+
+    def hold(self, offset: int) -> None:
+        offsets = self.offsets
+        if not offsets or offset >= offsets[-1]:
+            offsets.append(offset)
+        else:  # read again out of order (not seen from Faust, but cheap to get right)
+            insort(offsets, offset, self.start)
+
+    def first_held(self) -> int | None:
+        offsets, gone, at = self.offsets, self.gone, self.start
+        while at < len(offsets):
+            offset = offsets[at]
+            count = gone.get(offset)
+            if count is None:
+                break
+            if count == 1:
+                del gone[offset]
+            else:
+                gone[offset] = count - 1
+            at += 1
+        if at == len(offsets):
+            self.clear_held()
+            return None
+        if len(gone) > COMPACT_AT and len(gone) * 2 > len(offsets) - at:
+            self._compact(at)
+            at = 0
+        elif at > COMPACT_AT and at * 2 > len(offsets):
+            del offsets[:at]
+            at = 0
+        self.start = at
+        return self.offsets[at]
+
+    def _compact(self, start: int) -> None:
+        """The offsets still held, from `start`, without those released (all of `gone`)."""
+        gone, kept = self.gone, []
+        for offset in itertools.islice(self.offsets, start, None):
+            count = gone.get(offset)
+            if count is None:
+                kept.append(offset)
+            elif count == 1:
+                del gone[offset]
+            else:
+                gone[offset] = count - 1
+        self.offsets = kept
+
+    def clear_held(self) -> None:
+        self.offsets.clear()
+        self.gone.clear()
+        self.start = 0
 
 
 @dataclass
 class _Partition(Generic[Item]):
-    # heap of (ts, arrival, topic, offset, item)
+    # heap of (ts, arrival, topic, offset, item): of plain values, so that the collector
+    # stops tracking an entry (a backlog holds tens of thousands)
     held: list[tuple[int, int, str, int, Item]] = field(default_factory=list)
     inputs: dict[str, _Input] = field(default_factory=dict)
 
@@ -84,7 +145,46 @@ class Aligner(Generic[Item]):
         """A record to join, held until its turn."""
         source = self._read(partition, topic, offset)
         source.highest_ts = ts if source.highest_ts is None else max(source.highest_ts, ts)
+        source.hold(offset)
         heapq.heappush(self._partitions[partition].held, (ts, next(self._arrivals), topic, offset, item))
+
+    def add_many(
+        self,
+        partition: int,
+        topic: str,
+        offsets: Sequence[int],
+        timestamps: Sequence[int],
+        items: Iterable[Item],
+        last_offset: int,
+    ) -> None:
+        """Records of one topic partition read together, in read order: the same as `add`
+        for each (offset, timestamp, item) and `skip` for the others read (dead letters),
+        of which `last_offset` is the highest offset."""
+        source = self._read(partition, topic, last_offset)
+        if not offsets:
+            return
+        highest = max(timestamps)
+        if source.highest_ts is None or highest > source.highest_ts:
+            source.highest_ts = highest
+        held_offsets = source.offsets
+        if (not held_offsets or offsets[0] >= held_offsets[-1]) and sorted(offsets) == offsets:
+            held_offsets.extend(offsets)
+        else:
+            for offset in offsets:
+                source.hold(offset)
+        held, arrivals = self._partitions[partition].held, self._arrivals
+        entries = [
+            (ts, next(arrivals), topic, offset, item)
+            for ts, offset, item in zip(timestamps, offsets, items, strict=True)
+        ]
+        # (ts, arrival) orders the entries totally: the heap's layout never changes what is popped.
+        if len(entries) > len(held):
+            held.extend(entries)
+            heapq.heapify(held)
+        else:
+            push = heapq.heappush
+            for entry in entries:
+                push(held, entry)
 
     def skip(self, partition: int, topic: str, offset: int) -> None:
         """A record read that will not be joined (a dead letter): it still moves the input
@@ -107,11 +207,25 @@ class Aligner(Generic[Item]):
             return []
         starts = starts or {}
         limit = min(self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics)
-        held, out = state.held, []
-        while held and (held[0][0] <= limit or len(held) > self.max_held):
-            if held[0][0] > limit:
-                self.forced += 1
-            out.append(heapq.heappop(held)[4])
+        held, max_held = state.held, self.max_held
+        if held[0][0] > limit and len(held) <= max_held:
+            return []  # the common case on a backlog: waiting for the other input
+        out: list[Item] = []
+        pop, inputs = heapq.heappop, state.inputs
+        while held and held[0][0] <= limit:
+            entry = pop(held)
+            out.append(entry[4])
+            gone = inputs[entry[2]].gone
+            gone[entry[3]] = gone.get(entry[3], 0) + 1
+        while len(held) > max_held:
+            entry = pop(held)  # past the cap: released before its turn
+            self.forced += 1
+            out.append(entry[4])
+            gone = inputs[entry[2]].gone
+            gone[entry[3]] = gone.get(entry[3], 0) + 1
+        if not held:
+            for source in inputs.values():
+                source.clear_held()
         return out
 
     def forget(self) -> list[Item]:
@@ -127,9 +241,12 @@ class Aligner(Generic[Item]):
         be committed yet."""
         state = self._partitions.get(partition)
         firsts: dict[str, int] = {}
-        for _, _, topic, offset, _ in state.held if state else ():
-            if offset < firsts.get(topic, offset + 1):
-                firsts[topic] = offset
+        if state is None:
+            return firsts
+        for topic, source in state.inputs.items():
+            first = source.first_held()
+            if first is not None:
+                firsts[topic] = first
         return firsts
 
     def drop_partition(self, partition: int) -> None:

@@ -119,6 +119,9 @@ class Serializers:
         return value
 
 
+_NO_TOPIC = object()  # before the first send_soon (None is no topic either, but an error)
+
+
 def _plain(value: Any) -> bytes | None:
     """A topic given by name: bytes as they are, str as UTF-8, anything else as JSON."""
     if value is None or type(value) is bytes:
@@ -153,6 +156,8 @@ class JoinResults(Generic[K, L, R]):
         self._event: object = None  # keeps Faust's current event alive (a weak reference)
         self.partition: int | None = None  # of the result being handled
         self._keys: set[bytes | None] | frozenset[bytes] = frozenset()  # join keys of what is handled
+        self._last_topic: object = _NO_TOPIC  # of the last send_soon, and its serializers
+        self._last_serializers: tuple[str, Callable[[Any], bytes | None], Callable[[Any], bytes | None]]
 
     def __aiter__(self) -> JoinResults[K, L, R]:
         return self
@@ -179,11 +184,28 @@ class JoinResults(Generic[K, L, R]):
             self._at_partition(partition)
             matches = [m for _, m in feed.items[first:end]]
             self._keys = {m.key for m in matches}
-            yield JoinBatch(partition, [self._result(m) for m in matches])
+            yield JoinBatch(partition, self._results(matches))
 
     def _at_partition(self, partition: int) -> None:
         self.partition = partition
         self._event = set_current_partition(self.app, self._topic, partition)
+
+    def _results(self, matches: list[Match]) -> list[JoinResult[K, L, R]]:
+        """`_result` of each match, in one loop over local names (it runs once per result)."""
+        key_of, left_of, right_of = self._decode_key, self._decode_left, self._decode_right
+        new = tuple.__new__  # JoinResult(...) without its Python-level __new__
+        return [
+            new(
+                JoinResult,
+                (
+                    key_of(key),
+                    None if left is None else left_of(left),
+                    None if right is None else right_of(right),
+                    timestamp,
+                ),
+            )
+            for key, left, right, timestamp in matches
+        ]
 
     def _result(self, match: Match) -> JoinResult[K, L, R]:
         left, right = match.left, match.right
@@ -206,7 +228,11 @@ class JoinResults(Generic[K, L, R]):
         """Send a record with the join's own producer, in whole batches, acknowledged
         before the join commits. Keys and values are serialized with the topic's types;
         the partition is the key's (Kafka's partitioner), or the result's for no key."""
-        name, dumps_key, dumps_value = self._serializers.for_topic(topic)
+        if topic is self._last_topic:
+            name, dumps_key, dumps_value = self._last_serializers
+        else:
+            name, dumps_key, dumps_value = self._last_serializers = self._serializers.for_topic(topic)
+            self._last_topic = topic
         raw_key = dumps_key(key)
         if partition is None and raw_key is None:
             partition = self.partition

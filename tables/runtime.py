@@ -41,7 +41,7 @@ from faust.types import TP, AppT
 from assignor import faust_internals
 from tables.alignment import Aligner
 from tables.api import JoinSpec
-from tables.codecs import CATEGORIES, DROPPED, Accepted, Rejected, SideCodec, key_check, value_form
+from tables.codecs import CATEGORIES, DROPPED, Rejected, SideCodec, key_check, value_form
 from tables.datadir import DataDirLock
 from tables.keys import Side
 from tables.metrics import REBALANCE_KINDS, LatencyBuckets
@@ -331,30 +331,37 @@ class JoinRunner:
 
     def _check(self, tp: TP, records: list[ConsumerRecord], letters: list[Letter]) -> None:
         side = self.sides[tp.topic]
-        codec = self.codecs[side]
         partition, topic = tp.partition, tp.topic
-        aligner = self.aligner
         self.stats.read[side] += len(records)
+        last_read = records[-1].offset
         misplaced = self._misplaced(tp, records)
         if misplaced:
             records = self._letter_misplaced(tp, records, misplaced, letters)
+            if not records:  # every record dead-lettered: all of them are done
+                self.read_next[tp] = last_read + 1
+                return
+        accept = self.codecs[side].accept
+        offsets: list[int] = []
+        stamps: list[int] = []
+        items: list[Item] = []
+        nulls = 0
         for record in records:
-            checked = codec.check(record.key, record.value, record.offset, record.timestamp)
-            if type(checked) is Accepted:
-                ts = checked.ts
-                aligner.add(
-                    partition,
-                    topic,
-                    record.offset,
-                    ts,
-                    (side, record.key, ts, checked.record_id, record.value),
-                )
-                continue
-            aligner.skip(partition, topic, record.offset)
-            if checked is DROPPED:
-                self.stats.null_values[side] += 1
+            key, value, offset = record.key, record.value, record.offset
+            checked = accept(key, value, offset, record.timestamp)
+            if type(checked) is tuple:
+                ts = checked[0]
+                offsets.append(offset)
+                stamps.append(ts)
+                items.append((side, key, ts, checked[1], value))
+            elif checked is DROPPED:
+                nulls += 1
             else:
-                letters.append((topic, partition, record.offset, record.key, record.value, checked))  # type: ignore[arg-type]
+                letters.append((topic, partition, offset, key, value, checked))
+        # The others (dead letters, null values) count as read too, up to the last (a fetch of a
+        # partition is in offset order), as `skip` had it one by one.
+        self.aligner.add_many(partition, topic, offsets, stamps, items, last_read)
+        if nulls:
+            self.stats.null_values[side] += nulls
         self.read_next[tp] = records[-1].offset + 1
 
     def _misplaced(self, tp: TP, records: list[ConsumerRecord]) -> dict[int, int]:
@@ -405,15 +412,16 @@ class JoinRunner:
         return self.aligner.release(partition, ends, starts)
 
     def _move_commit_offsets(self, partitions: Iterable[int]) -> None:
+        read_next, commit_at, first_held = self.read_next, self.commit_at, self.aligner.first_held
         for partition in partitions:
-            firsts = self.aligner.first_held(partition)
+            firsts = first_held(partition)
             for topic in self.spec.input_topics:
                 tp = TP(topic, partition)
-                read = self.read_next.get(tp)
+                read = read_next.get(tp)
                 if read is None:
                     continue
                 held = firsts.get(topic)
-                self.commit_at[tp] = read if held is None else min(held, read)
+                commit_at[tp] = read if held is None or read < held else held
 
     # -- the handler ----------------------------------------------------------------------
 

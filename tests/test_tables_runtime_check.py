@@ -1,0 +1,94 @@
+"""`JoinRunner._check` (tables/runtime.py) on the reference app's own join runner, without a
+broker: what a fetch of one topic partition becomes (held records, dead letters with their
+reasons, null values counted, the next offset to read), including a fetch whose every
+record belongs to another partition."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from aiokafka.structs import ConsumerRecord
+from faust.types import TP
+
+from app.join import build
+from app.settings import JOIN_NAME, from_env
+from tables.partitioners import partition_for
+from tables.runtime import JoinRunner, runtime_of
+
+PARTITIONS = 4
+
+
+def runner() -> JoinRunner:
+    settings = from_env()
+    found = runtime_of(build(settings)).runners[JOIN_NAME]
+    found.partitions = PARTITIONS  # as the start-up check finds them
+    return found
+
+
+def keys_of(partition: int, count: int) -> list[bytes]:
+    """Auction ids that a Kafka producer (murmur2) puts on `partition`."""
+    found = [f"a-{i}".encode() for i in range(10 * count * PARTITIONS)]
+    return [k for k in found if partition_for(k, PARTITIONS, "murmur2") == partition][:count]
+
+
+def record(
+    topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+) -> ConsumerRecord[Any, Any]:
+    return ConsumerRecord(topic, partition, offset, 0, 0, key, value, None, 0, 0, [])
+
+
+def impression(key: bytes, ts: int, **changes: Any) -> bytes:
+    event = {"event_id": f"i-{key.decode()}-{ts}", "auction_id": key.decode(), "campaign_id": "c", "ts": ts}
+    return orjson.dumps({**event, **changes})
+
+
+def test_a_fetch_becomes_held_records_dead_letters_and_counted_nulls() -> None:
+    join = runner()
+    topic = join.spec.left.name
+    tp = TP(topic, 1)
+    now = int(time.time() * 1000)
+    mine, other = keys_of(1, 4), keys_of(2, 1)[0]
+    records = [
+        record(topic, 1, 10, mine[0], impression(mine[0], now)),
+        record(topic, 1, 11, mine[1], b"{not json"),
+        record(topic, 1, 12, other, impression(other, now)),  # another partition's key
+        record(topic, 1, 13, mine[2], None),  # a null value: dropped, counted
+        record(topic, 1, 14, mine[3], impression(mine[3], now + 1, auction_id="elsewhere")),
+        record(topic, 1, 15, mine[0], impression(mine[0], now + 2)),
+    ]
+    letters: list[Any] = []
+    join._check(tp, records, letters)
+    reasons = {offset: (rejected.category, rejected.reason) for _, _, offset, _, _, rejected in letters}
+    assert reasons == {
+        12: ("wrong_partition", reasons[12][1]),
+        11: ("undecodable", "malformed JSON: JSONDecodeError"),
+        14: ("rejected", "key does not match auction_id"),
+    }
+    assert join.aligner.held(1) == 2 and join.aligner.first_held(1) == {topic: 10}
+    assert join.stats.read["left"] == 6 and join.stats.null_values["left"] == 1
+    assert join.read_next[tp] == 16
+    # Both inputs caught up: released in event-time order, with the ids and values read.
+    released = join.aligner.release(1, {topic: 16, join.spec.right.name: 0})
+    assert [(side, key, ts) for side, key, ts, _, _ in released] == [
+        ("left", mine[0], now),
+        ("left", mine[0], now + 2),
+    ]
+    assert [value for *_, value in released] == [records[0].value, records[5].value]
+
+
+def test_a_fetch_of_only_misplaced_records_is_dead_lettered_and_read_past() -> None:
+    join = runner()
+    topic = join.spec.left.name
+    tp = TP(topic, 0)
+    now = int(time.time() * 1000)
+    others = keys_of(3, 2)
+    records = [record(topic, 0, 7 + i, key, impression(key, now)) for i, key in enumerate(others)]
+    letters: list[Any] = []
+    join._check(tp, records, letters)
+    assert [(offset, rejected.category) for _, _, offset, _, _, rejected in letters] == [
+        (7, "wrong_partition"),
+        (8, "wrong_partition"),
+    ]
+    assert join.aligner.held(0) == 0 and join.read_next[tp] == 9
