@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 import weakref
@@ -829,6 +830,7 @@ class Runtime:
         if self._lock is None:  # one worker per data dir, for the life of the process
             check_data_dir(self.data_dir)
             self._lock = lock_data_dir(self.data_dir)
+            raise_gc_threshold(self.settings.gc_threshold)
         for runner in self.runners.values():
             runner.partitions = await prepare_topics(runner.spec, ",".join(bootstrap))
         self.refresh_offsets()
@@ -898,6 +900,15 @@ def runtime_of(app: AppT) -> Runtime:
         faust_internals.check()
         runtime = _runtimes[app] = Runtime(app)
     return runtime
+
+
+def raise_gc_threshold(threshold: int) -> None:
+    """Collect garbage less often in a worker (tables/settings.py, `gc_threshold`): raise
+    the first generation's threshold to `threshold`, never lower it; 0 changes nothing."""
+    first, *older = gc.get_threshold()
+    if threshold > first:
+        gc.set_threshold(threshold, *older)
+        log.info("tandem: garbage collection threshold %s (was %s; TANDEM_GC_THRESHOLD)", threshold, first)
 
 
 async def create_join_topics(spec: JoinSpec, bootstrap: str, partitions: int, replication: int = 1) -> None:

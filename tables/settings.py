@@ -8,6 +8,13 @@
 | restore_stall_s | TANDEM_RESTORE_STALL_S | 120: a restore that makes no progress this long is retried |
 | sync_writes | TANDEM_SYNC_WRITES | false: fsync every state write (also survives a machine crash) |
 | data_dir | TANDEM_JOIN_DIR | `<Faust datadir>/tandem-joins` |
+| gc_threshold | TANDEM_GC_THRESHOLD | 50000: first-generation garbage collection threshold, at least |
+
+A worker holds hundreds of thousands of long-lived objects on a backlog (fetched records,
+held records, Faust's own): at Python's default threshold (700 allocations) every full
+collection walks them all, a fifth of the worker's CPU (docs/bench/worker.md). The
+worker raises the threshold when it starts (never lowers one the app set higher);
+0 leaves Python's settings alone.
 """
 
 from __future__ import annotations
@@ -30,8 +37,11 @@ class RuntimeSettings:
     restore_stall_s: float = 120.0
     sync_writes: bool = False
     data_dir: Path | None = None
+    gc_threshold: int = 50_000
 
     def __post_init__(self) -> None:
+        if self.gc_threshold < 0:
+            raise ValueError(f"{ENV_PREFIX}GC_THRESHOLD must not be negative, not {self.gc_threshold}")
         for name in ("align_max_wait_ms", "align_max_held", "batch_max_records", "restore_stall_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive, not {getattr(self, name)}")
