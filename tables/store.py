@@ -58,8 +58,10 @@ FORMAT_KEY = b"format"
 # running older version would misread; stores of an older version are rebuilt.
 FORMAT_VERSION = 1
 KEEP_DAMAGED = 3  # damaged stores kept per table for inspection
-# Deleted or overwritten entries one find() seek may step over before it gives way to a bounded scan.
-FIND_SKIPPABLE = 64
+# Deleted or overwritten entries one find() seek may step over before it gives way to a bounded
+# scan, and how many such fallbacks between two writes turn find() into scans until the next.
+FIND_SKIPPABLE = 32
+FIND_FALLBACKS = 8
 DAMAGED_DIR = ".damaged"
 # The checkpoint hint next to the RocksDB files, read by `safe_checkpoint`.
 HINT_FILE = "tandem-checkpoint"
@@ -263,6 +265,7 @@ class PartitionStore:
         self._failed: StoreWriteError | None = None
         self._closed = False
         self._finder: RdictIter | None = None  # find()'s iterator, until the next write
+        self._find_fallbacks = 0  # find()s since the last write that fell back to scan()
         had_data = _inspect_before_open(self.path)
         refuse_newer_format(self.path)
         self._db = _open_rdict(self.path)
@@ -313,8 +316,12 @@ class PartitionStore:
 
         One unbounded iterator serves every find() until the next write (the base of a batch
         does not change): a fresh bounded one per call, as `scan` makes, cost ~1.5 us more.
-        A seek that must step over more than FIND_SKIPPABLE deleted or overwritten entries
-        stops instead (expiry leaves runs of tombstones), and the range is read by `scan`."""
+        But an unbounded seek walks the tombstones after the range (expiry leaves runs of
+        them between join keys): one that must step over more than FIND_SKIPPABLE deleted
+        or overwritten entries stops, and the range is read by `scan`; after FIND_FALLBACKS
+        of those, `scan` reads every range until the next write."""
+        if self._find_fallbacks >= FIND_FALLBACKS:
+            return list(self.scan(lo, hi))
         iterator = self._finder
         try:
             if iterator is None:
@@ -330,12 +337,13 @@ class PartitionStore:
                 found.append((key, iterator.value()))
                 iterator.next()
             iterator.status()
+            return found
         except Exception as error:
-            self._finder = iterator = None  # see scan: nothing may keep the database open
-            if str(error).startswith("Result incomplete"):  # RocksDB Status::Incomplete: too many skipped
-                return list(self.scan(lo, hi))
-            raise self._read_error(error) from error
-        return found
+            if not str(error).startswith("Result incomplete"):  # RocksDB's Incomplete: too many skipped
+                self._finder = iterator = None  # see scan: nothing may keep the database open
+                raise self._read_error(error) from error
+        self._find_fallbacks += 1  # the iterator stays usable: the next seek clears its status
+        return list(self.scan(lo, hi))
 
     def write(self, changes: Mapping[bytes, bytes | None], checkpoint: int | None) -> None:
         """Apply changes (None = delete) and move the checkpoint, atomically.
@@ -347,6 +355,7 @@ class PartitionStore:
             detail = f"an earlier write failed: {self._failed.detail}"
             raise StoreWriteError(self.path, self._failed.errno, detail)
         self._finder = None  # it would not see this write
+        self._find_fallbacks = 0
         batch = WriteBatch(raw_mode=True)
         for key, value in changes.items():
             if value is None:

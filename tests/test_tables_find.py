@@ -87,7 +87,8 @@ def test_find_reads_what_scan_reads(
 
 def test_a_seek_over_many_tombstones_falls_back_to_a_bounded_scan() -> None:
     """Past FIND_SKIPPABLE tombstones the shared iterator gives up (RocksDB's Incomplete) and the
-    range is read by scan; below it no scan is made. Both give the live keys only."""
+    range is read by scan; below it no scan is made. Both give the live keys only. After
+    FIND_FALLBACKS fallbacks every find is a scan, until the next write."""
     with tempfile.TemporaryDirectory() as tmp:
         store = CountingStore(Path(tmp) / "t" / "0")
         try:
@@ -100,6 +101,14 @@ def test_a_seek_over_many_tombstones_falls_back_to_a_bounded_scan() -> None:
             assert store.find(b"a199", b"c") == [(b"a199", b"v"), (b"b", b"B")]
             assert store.find(b"b", b"c") == [(b"b", b"B")]
             assert store.scans == 2
+            for _ in range(store_module.FIND_FALLBACKS - 2):  # too many fallbacks: scans until a write
+                assert store.find(b"a", b"a199") == []
+            assert store.scans == store_module.FIND_FALLBACKS
+            assert store.find(b"b", b"c") == [(b"b", b"B")]
+            assert store.scans == store_module.FIND_FALLBACKS + 1
+            store.write({b"b1": b"C"}, 3)
+            assert store.find(b"b", b"c") == [(b"b", b"B"), (b"b1", b"C")]
+            assert store.scans == store_module.FIND_FALLBACKS + 1
         finally:
             store.close()
 
