@@ -11,6 +11,8 @@ busy machine slows both alike:
 - `scan`: the partner scan as it was, a fresh bounded iterator per record (Overlay.scan).
 
 Reports the median CPU time (process_time: RocksDB's threads included) per record.
+Then find's worst case: probes of empty ranges, each followed by a run of tombstones
+(deleted keys not yet compacted away), find against scan per probe.
 """
 
 from __future__ import annotations
@@ -85,6 +87,32 @@ def run(kind: type[StatePartition], records: list[Event], profile: bool = False)
     return spent, results
 
 
+def tombstone_probes(runs: tuple[int, ...] = (10, 60, 200), groups: int = 1000) -> None:
+    """Per probe: 1,000 empty ranges, each just before `run` tombstones and then a live key."""
+    print("\n| tombstones after each probed range | find us / probe | scan us / probe | find / scan |")
+    print("| ---: | ---: | ---: | ---: |")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(Path(tmp) / "p0")
+        for checkpoint, run in enumerate(runs):
+            dead = [b"g%04d-%04d" % (g, i) for g in range(groups) for i in range(run)]
+            live = {b"g%04d-zzzz" % g: b"L" for g in range(groups)}
+            store.write(dict.fromkeys(dead, b"v") | live, 3 * checkpoint)
+            store.write(dict.fromkeys(dead), 3 * checkpoint + 1)
+            probes = [(b"g%04d-" % g, b"g%04d-0000" % g) for g in range(groups)]
+            cost = {}
+            for name, read in (("find", store.find), ("scan", lambda lo, hi: list(store.scan(lo, hi)))):
+                rounds = []
+                for _ in range(5):
+                    start = time.process_time()
+                    for lo, hi in probes:
+                        read(lo, hi)
+                    rounds.append((time.process_time() - start) / groups * 1e6)
+                cost[name] = statistics.median(rounds)
+            print(f"| {run} | {cost['find']:.2f} | {cost['scan']:.2f} | {cost['find'] / cost['scan']:.2f} |")
+            store.write(dict.fromkeys(live), 3 * checkpoint + 2)
+        store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -112,6 +140,7 @@ def main() -> None:
     for name, runs in spent.items():
         median = statistics.median(runs)
         print(f"| {name} | {median:.1f} | {' '.join(f'{r:.1f}' for r in runs)} | {median / base:.2f} |")
+    tombstone_probes()
 
 
 if __name__ == "__main__":
