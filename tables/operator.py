@@ -169,7 +169,7 @@ class WindowedJoin:
         else:
             other = _RECORD_LEFT + joined
             lo, hi = ts - window.after, ts + window.before
-        found = list(state.scan(other + _pack_time(lo + _BIAS), other + _pack_time(hi + 1 + _BIAS)))
+        found = state.find(other + _pack_time(lo + _BIAS), other + _pack_time(hi + 1 + _BIAS))
         if found:
             at = len(other)
             other_tracked = ("right" if left else "left") in self._tracked
