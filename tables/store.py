@@ -357,7 +357,9 @@ class PartitionStore:
         self._finder = None  # it would not see this write
         self._find_fallbacks = 0
         batch = WriteBatch(raw_mode=True)
-        for key, value in changes.items():
+        # In key order: RocksDB's memtable inserts a sorted batch ~20 % faster (it walks
+        # its skip list from where the last key went).
+        for key, value in sorted(changes.items()):
             if value is None:
                 batch.delete(key)
             else:
