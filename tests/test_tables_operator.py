@@ -218,8 +218,10 @@ def reference(
     """O(n^2) simulation of the contract, no expiry: per event, the set of results emitted."""
     emits_unmatched = {INNER: set(), LEFT: {"left"}, RIGHT: {"right"}, OUTER: {"left", "right"}}[join_type]
     accepted: list[tuple[Side, dict[str, Any]]] = []
-    matched: set[str] = set()
-    emitted_unmatched: set[str] = set()
+    # By accepted copy, not by event id: with ids, an event resent after its first copy
+    # expired is accepted again as a new record, and emitted unmatched again.
+    matched: set[int] = set()
+    emitted_unmatched: set[int] = set()
     stream_time: int | None = None
     late = 0
     out: list[set[str]] = []
@@ -249,11 +251,11 @@ def reference(
             left, right = (rec, other) if side == "left" else (other, rec)
             if left["ts"] - window.before <= right["ts"] <= left["ts"] + window.after:
                 step.add(f"{left['event_id']}|{right['event_id']}")
-                matched.update({(side, rec["event_id"]), (other_side, other["event_id"])})
+                matched.update({id(rec), id(other)})
         accepted.append((side, rec))
         stream_time = rec["ts"] if stream_time is None else max(stream_time, rec["ts"])
         for s, r in accepted:
-            ident = (s, r["event_id"])
+            ident = id(r)
             # No accepted partner can arrive once stream time passes this: emit then.
             emit_after = r["ts"] + window.before + window.after + window.grace
             if (
