@@ -96,6 +96,9 @@ def check() -> None:
 # -- the consumer ------------------------------------------------------------------
 
 
+SEEK_TIMEOUT_S = 10.0  # the consumer thread stopping while the call waits: give up (bounded)
+
+
 async def seek(app: AppT, tp: TP, offset: int) -> None:
     """Set an input partition's next fetch to `offset`, as Faust's `Consumer.seek` does, but
     on the consumer's own thread: Faust calls aiokafka's seek from the app's event loop,
@@ -103,7 +106,11 @@ async def seek(app: AppT, tp: TP, offset: int) -> None:
     fetcher then fails with a KeyError, and Faust's Fetcher service crashes)."""
     consumer = app.consumer
     thread = consumer._thread  # type: ignore[attr-defined]
-    await thread.call_thread(thread.seek, tp, offset)
+    if consumer.should_stop or thread.should_stop:
+        # A stopped consumer thread never runs the call: the worker is stopping (a crash
+        # included), and what is committed, not where it would have read, is what counts.
+        raise RuntimeError(f"no seek of {tp}: the consumer is stopping")
+    await asyncio.wait_for(thread.call_thread(thread.seek, tp, offset), SEEK_TIMEOUT_S)
     consumer._read_offset[tp] = offset if offset else None  # type: ignore[attr-defined]
 
 

@@ -230,9 +230,12 @@ class JoinRunner:
                     continue
                 try:
                     await self._process(batch)
+                    continue
                 except Exception as exc:
-                    await self._fail(exc)
-                    return
+                    failure = exc
+            # Outside the lock: stopping the worker quiesces this runner, which takes it.
+            await self._fail(failure)
+            return
 
     async def _next_batch(self, limit: int) -> list[dict[TP, list[ConsumerRecord]]]:
         """Whole fetches up to `limit` records; a larger fetch (a backlog can hold tens of
