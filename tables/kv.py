@@ -30,6 +30,11 @@ class KV(ReadableKV, Protocol):
 
     def delete(self, key: bytes) -> None: ...
 
+    def expire(self, key: bytes) -> None:
+        """Delete a key that no later scan or find reaches (the caller knows: an expired
+        record or index entry lies below every range the join still reads)."""
+        ...
+
 
 class MemoryKV:
     """A sorted in-memory map."""
@@ -49,6 +54,8 @@ class MemoryKV:
     def delete(self, key: bytes) -> None:
         if self._values.pop(key, None) is not None:
             del self._keys[bisect_left(self._keys, key)]
+
+    expire = delete
 
     def scan(self, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
         start, stop = bisect_left(self._keys, lo), bisect_left(self._keys, hi)
@@ -147,6 +154,11 @@ class Overlay:
             self._pending_keys.add(key)
             self._inserts += 1
         pending[key] = None
+
+    def expire(self, key: bytes) -> None:
+        """delete() for a key no later scan reaches: it skips the sorted index of pending
+        keys (scans still skip it if it is there: it was written in this batch)."""
+        self.pending[key] = None
 
     def clear(self) -> None:
         self.pending = {}

@@ -242,10 +242,12 @@ class WindowedJoin:
                 value = state.get(record_key)
                 if value is not None and value[:1] == UNMATCHED_FLAG:
                     results.append(_unmatched(record_key, value))
-            state.delete(record_key)
+            # Unreachable once due: no record still accepted has a partner range reaching
+            # back to it, and the index is read from the earliest live entry on.
+            state.expire(record_key)
             if self.ids:
-                state.delete(keys.id_key(record_key))
-            state.delete(index_entry)
+                state.expire(keys.id_key(record_key))
+            state.expire(index_entry)
         return results
 
     def _take_due(self) -> list[bytes]:

@@ -133,10 +133,15 @@ def test_find_sees_each_write_and_close_releases_the_database() -> None:
 
 
 class ScanningOverlay(Overlay):
-    """The overlay as it was before find(): the partner scan reads a fresh bounded iterator."""
+    """The overlay as it was before find() and expire(): the partner scan reads a fresh
+    bounded iterator, and an expired key is deleted like any other (in the sorted index of
+    pending keys, so that every scan is told)."""
 
     def find(self, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
         return list(self.scan(lo, hi))
+
+    def expire(self, key: bytes) -> None:
+        self.delete(key)
 
 
 @dataclass
