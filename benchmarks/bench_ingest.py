@@ -6,8 +6,9 @@ same run, printed as a Markdown table with their ratio:
 - per record: `SideCodec.check` (an `Accepted` each), `Aligner.add` / `skip` one record
   at a time, the first held offsets by a scan of every held record, each result built
   by `JoinResults._result` (a decode and build of both stored values);
-- batched: what the runtime runs (`SideCodec.accept`, `Aligner.add_many` per topic
-  partition, `Aligner.first_held` kept incrementally, `JoinResults._results`).
+- batched: what the runtime runs: the reference app's own `JoinRunner._check` per fetch
+  (`SideCodec.accept`, `Aligner.add_many` per topic partition), `Aligner.first_held`
+  kept incrementally, `JoinResults._results`.
 
     .venv/bin/python -m benchmarks.bench_ingest --impressions 100000 --fetch 500 --rounds 3
 
@@ -25,13 +26,16 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
+from faust.types import TP
 
-from app.settings import JOIN_NAME
-from benchmarks.bench_tables import recent_events, reference_codecs
+from app.join import build
+from app.settings import JOIN_NAME, from_env
+from benchmarks.bench_tables import recent_events
 from tables.alignment import Aligner
-from tables.codecs import DROPPED, Accepted, SideCodec
+from tables.codecs import Accepted, SideCodec
 from tables.operator import Match
 from tables.results import JoinResults
+from tables.runtime import JoinRunner, runtime_of
 
 PARTITION = 0
 
@@ -48,7 +52,7 @@ class Record(NamedTuple):
 Fetch = tuple[str, str, list[Record]]  # side, topic, records
 
 
-def fetches(impressions: int, size: int) -> tuple[list[Fetch], list[Match]]:
+def fetches(impressions: int, size: int, topics: dict[str, str]) -> tuple[list[Fetch], list[Match]]:
     """The reference traffic as fetches of `size` records per topic, alternating, and the
     matches the join would give (each click with its auction's impression)."""
     by_side: dict[str, list[Record]] = {"left": [], "right": []}
@@ -61,7 +65,6 @@ def fetches(impressions: int, size: int) -> tuple[list[Fetch], list[Match]]:
             first_impression.setdefault(key, value)
         elif key in first_impression:
             matches.append(Match(key, first_impression[key], value, 0))
-    topics = {"left": "impressions", "right": "clicks"}
     out: list[Fetch] = []
     for start in range(0, max(map(len, by_side.values())), size):
         for side in ("left", "right"):
@@ -98,27 +101,21 @@ def _scan_first_held(aligner: Aligner[Any]) -> dict[str, int]:
     return firsts
 
 
-def batched(codecs: dict[str, SideCodec], batches: list[Fetch], ends: dict[str, int]) -> int:
-    aligner: Aligner[Any] = Aligner(list(ends))
+def reference_runner() -> JoinRunner:
+    """The reference app's own join runner, without a broker: its check and aligner are
+    what `batched` runs (no partitioner check: its partition count is not known here)."""
+    return runtime_of(build(from_env())).runners[JOIN_NAME]
+
+
+def batched(join: JoinRunner, batches: list[Fetch], ends: dict[str, int]) -> int:
+    """The runtime's own way: `JoinRunner._check` per fetch, then the aligner's release."""
+    join.aligner = Aligner(list(ends))
+    letters: list[Any] = []
     released = 0
-    for side, topic, records in batches:
-        accept = codecs[side].accept
-        offsets: list[int] = []
-        stamps: list[int] = []
-        items: list[Any] = []
-        for record in records:
-            key, value, offset = record.key, record.value, record.offset
-            checked = accept(key, value, offset, record.timestamp)
-            if type(checked) is tuple:
-                ts = checked[0]
-                offsets.append(offset)
-                stamps.append(ts)
-                items.append((side, key, ts, checked[1], value))
-            elif checked is not DROPPED:
-                pass  # a dead letter
-        aligner.add_many(PARTITION, topic, offsets, stamps, items, records[-1].offset)
-        released += len(aligner.release(PARTITION, ends))
-        aligner.first_held(PARTITION)
+    for _, topic, records in batches:
+        join._check(TP(topic, PARTITION), records, letters)  # type: ignore[arg-type]
+        released += len(join.aligner.release(PARTITION, ends))
+        join.aligner.first_held(PARTITION)
     return released
 
 
@@ -128,7 +125,7 @@ def results_of(
     return JoinResults(
         None,  # type: ignore[arg-type]  # neither way below touches the app
         None,  # type: ignore[arg-type]
-        "impressions",
+        "impressions",  # neither way sets the partition
         codecs["left"].key,
         value_of(codecs["left"]),
         value_of(codecs["right"]),
@@ -174,16 +171,18 @@ def main() -> None:
     parser.add_argument("--fetch", type=int, default=500, help="records per fetch of a topic partition")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    codecs = reference_codecs()
-    batches, matches = fetches(args.impressions, args.fetch)
+    join = reference_runner()
+    codecs = join.codecs
+    topics = {"left": join.spec.left.name, "right": join.spec.right.name}
+    batches, matches = fetches(args.impressions, args.fetch, topics)
     records = sum(len(r) for _, _, r in batches)
-    ends = {"impressions": 1 << 62, "clicks": 1 << 62}  # both inputs have more on the broker
-    assert per_record(codecs, batches, ends) == batched(codecs, batches, ends)
+    ends = {topic: 1 << 62 for topic in topics.values()}  # both inputs have more on the broker
+    assert per_record(codecs, batches, ends) == batched(join, batches, ends)
     before, now = results_of(codecs, value_as_before), results_of(codecs, lambda codec: codec.value)
     assert [before._result(m) for m in matches] == now._results(matches)
     rows = []
     for name, old, new, count in [
-        ("check + align", lambda: per_record(codecs, batches, ends), lambda: batched(codecs, batches, ends),
+        ("check + align", lambda: per_record(codecs, batches, ends), lambda: batched(join, batches, ends),
          records),
         ("results", lambda: [before._result(m) for m in matches], lambda: now._results(matches),
          len(matches)),
