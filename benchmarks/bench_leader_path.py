@@ -171,8 +171,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def header(argv: list[str]) -> list[str]:
-    """When, where, on which commit, and under what load the run was made."""
+def header(argv: list[str], module: str = "benchmarks.bench_leader_path") -> list[str]:
+    """When, where, on which commit, and under what load the run was made (`python -m module argv`)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
@@ -186,20 +186,25 @@ def header(argv: list[str]) -> list[str]:
         f"Code: commit {commit}{' (with uncommitted changes)' if dirty.stdout.strip() else ''}.",
         "",
         "```",
-        "python -m benchmarks.bench_leader_path " + " ".join(argv),
+        f"python -m {module} " + " ".join(argv),
         "```",
         "",
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def leader_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options both leader-path benchmarks take: the group, the events, the runs, --out."""
     parser.add_argument("--size", default="1000x10000", help="MxP (join layout of bench_planner)")
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--events", default="leave-1,join-1,leave-2,restart")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, help="also write the table(s), with a header, to this file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = leader_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     parser.add_argument("--faust", action="store_true", help="also time Faust's assign (~13 s each)")
-    parser.add_argument("--out", type=Path, help="also write the tables, with a header, to this file")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     base = steady(parse_size(args.size), args.replicas)

@@ -17,11 +17,10 @@ import statistics
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from assignor import faust_adapter, plan
-from benchmarks.bench_leader_path import bench_event, header
+from benchmarks.bench_leader_path import bench_event, header, leader_arguments
 from benchmarks.scenarios import parse_size, steady
 
 
@@ -80,14 +79,9 @@ def measure(event: str, base: Any, repeats: int, lag: int, budget: int) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", default="1000x10000", help="MxP (join layout of bench_planner)")
-    parser.add_argument("--replicas", type=int, default=1)
-    parser.add_argument("--events", default="leave-1,join-1,leave-2,restart")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = leader_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     parser.add_argument("--lag", type=int, default=10_000, help="acceptable_recovery_lag when on")
     parser.add_argument("--budget", type=int, default=2, help="max_warmup_replicas when on")
-    parser.add_argument("--out", type=Path, help="also write the table, with a header, to this file")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     base = steady(parse_size(args.size), args.replicas)
@@ -103,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {event} done", file=sys.stderr)
     print("\n".join(lines))
     if args.out:
-        text = "\n".join(header(argv) + lines) + "\n"
-        args.out.write_text(text.replace("benchmarks.bench_leader_path", "benchmarks.bench_leader_warmups"))
+        args.out.write_text("\n".join(header(argv, "benchmarks.bench_leader_warmups") + lines) + "\n")
     return 0
 
 
