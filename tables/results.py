@@ -72,21 +72,30 @@ class Feed:
         return self.index - 1
 
 
+_NO_TOPIC = object()  # before the first for_topic (None is no topic either, but an error)
+
+
 class Serializers:
     """Bytes of keys and values for a topic: fast paths for the common forms, else Faust's."""
 
     def __init__(self, app: AppT) -> None:
         self.app = app
         self._by_topic: dict[str, tuple[Callable[[Any], bytes | None], Callable[[Any], bytes | None]]] = {}
+        # The topic asked for last and its answer: a handler sends to one topic, once per result.
+        self._last_topic: object = _NO_TOPIC
+        self._last: tuple[str, Callable[[Any], bytes | None], Callable[[Any], bytes | None]]
 
     def for_topic(
         self, topic: TopicT | str
     ) -> tuple[str, Callable[[Any], bytes | None], Callable[[Any], bytes | None]]:
+        if topic is self._last_topic:
+            return self._last
         name = topic if isinstance(topic, str) else topic.get_topic_name()
         found = self._by_topic.get(name)
         if found is None:
             found = self._by_topic[name] = (self._key(topic), self._value(topic))
-        return name, found[0], found[1]
+        self._last, self._last_topic = (name, found[0], found[1]), topic
+        return self._last
 
     def _key(self, topic: TopicT | str) -> Callable[[Any], bytes | None]:
         if isinstance(topic, str):
@@ -117,9 +126,6 @@ class Serializers:
             return dumps(topic.value_type, obj, serializer=serializer)  # type: ignore[no-any-return]
 
         return value
-
-
-_NO_TOPIC = object()  # before the first send_soon (None is no topic either, but an error)
 
 
 def _plain(value: Any) -> bytes | None:
@@ -156,8 +162,6 @@ class JoinResults(Generic[K, L, R]):
         self._event: object = None  # keeps Faust's current event alive (a weak reference)
         self.partition: int | None = None  # of the result being handled
         self._keys: set[bytes | None] | frozenset[bytes] = frozenset()  # join keys of what is handled
-        self._last_topic: object = _NO_TOPIC  # of the last send_soon, and its serializers
-        self._last_serializers: tuple[str, Callable[[Any], bytes | None], Callable[[Any], bytes | None]]
 
     def __aiter__(self) -> JoinResults[K, L, R]:
         return self
@@ -228,11 +232,7 @@ class JoinResults(Generic[K, L, R]):
         """Send a record with the join's own producer, in whole batches, acknowledged
         before the join commits. Keys and values are serialized with the topic's types;
         the partition is the key's (Kafka's partitioner), or the result's for no key."""
-        if topic is self._last_topic:
-            name, dumps_key, dumps_value = self._last_serializers
-        else:
-            name, dumps_key, dumps_value = self._last_serializers = self._serializers.for_topic(topic)
-            self._last_topic = topic
+        name, dumps_key, dumps_value = self._serializers.for_topic(topic)
         raw_key = dumps_key(key)
         if partition is None and raw_key is None:
             partition = self.partition
