@@ -1,16 +1,19 @@
 """Layout of one join partition's state in one ordered key space.
 
-Times are big-endian and offset by 2**63, so byte order is time order and a
-range scan over an index prefix visits exactly the entries that are due. Join
+Times are big-endian and offset by 2**63, so byte order is time order: the
+records of one side and join key lie in time order under their prefix. Join
 keys are the Kafka key's bytes, whatever serializer made them; record ids are
 bytes too (the input offset, or the join's `id` function's value).
 
 | key | value | in changelog |
 | --- | --- | --- |
 | `r` side len(key) key ts id | flag byte + the record's serialized value | yes |
-| `x` expire_at record-key | empty (time index: retention and unmatched emission) | derived |
-| `i` side len(key) key id | empty (duplicate check by id, when the join has an id function) | derived |
 | `m:` name | big-endian int | some (see join.py) |
+
+Which records are live, by join key and by due time, is not stored: the operator
+indexes the `r` keys in memory (tables/index.py). State format 1 also stored that
+index (`x` expire_at record-key, and `i` side len(key) key id with ids): the store
+drops those keys when it opens a format-1 store (tables/store.py).
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ from typing import Literal
 Side = Literal["left", "right"]
 
 RECORD = b"r"
-EXPIRY = b"x"
-ID = b"i"
 META = b"m:"
 
 SIDE_BYTE: dict[Side, bytes] = {"left": b"L", "right": b"R"}
@@ -79,20 +80,9 @@ def parse_record_key(raw: bytes) -> RecordKey:
     )
 
 
-def id_key(record_key: bytes) -> bytes:
-    """The id index entry of a record: its side, join key and id, without its time."""
-    (length,) = LEN.unpack_from(record_key, 2)
-    key_end = KEY_AT + length
-    return ID + record_key[1:key_end] + record_key[key_end + 8 :]
-
-
-def index_key(index: bytes, at: int, key: bytes) -> bytes:
-    return index + encode_time(at) + key
-
-
-def index_bounds(index: bytes) -> tuple[bytes, bytes]:
-    """The whole range of one time index."""
-    return index, index[:-1] + bytes([index[-1] + 1])
+def prefix_bounds(prefix: bytes) -> tuple[bytes, bytes]:
+    """(lo, hi): every key that starts with `prefix` lies in lo <= key < hi."""
+    return prefix, prefix[:-1] + bytes([prefix[-1] + 1])
 
 
 def meta_key(name: str) -> bytes:

@@ -20,10 +20,6 @@ class ReadableKV(Protocol):
         """Items with lo <= key < hi, in key order."""
         ...
 
-    def find(self, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
-        """scan() read whole: for short ranges (the join's partner scan), where it may be cheaper."""
-        ...
-
 
 class KV(ReadableKV, Protocol):
     def put(self, key: bytes, value: bytes) -> None: ...
@@ -61,9 +57,6 @@ class MemoryKV:
         start, stop = bisect_left(self._keys, lo), bisect_left(self._keys, hi)
         for key in self._keys[start:stop]:
             yield key, self._values[key]
-
-    def find(self, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
-        return list(self.scan(lo, hi))
 
     def __len__(self) -> int:
         return len(self._values)
@@ -177,14 +170,6 @@ class Overlay:
         if first is None or first >= hi:
             return self.base.scan(lo, hi)  # nothing pending in range: the base alone
         return self._merge(i, j, hi, self.base.scan(lo, hi))
-
-    def find(self, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
-        """scan() read whole, from the base's find() (see tables.store.PartitionStore.find)."""
-        i, j = self._pending_keys.position(lo)
-        first = self._pending_keys.at(i, j)
-        if first is None or first >= hi:
-            return self.base.find(lo, hi)
-        return list(self._merge(i, j, hi, iter(self.base.find(lo, hi))))
 
     def _merge(
         self, i: int, j: int, hi: bytes, theirs: Iterator[tuple[bytes, bytes]]

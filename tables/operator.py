@@ -13,25 +13,24 @@ Keys and values are bytes: the operator never decodes them, so any serializer wo
 Time only moves forward: a record is late, dropped and counted, when its window
 closed before it arrived; unmatched records of a left, right or outer join are
 emitted once stream time passes their window plus grace; every record is deleted
-once no record still accepted could match it. Both run by range scans over one
-time index, never over the whole state.
+once no record still accepted could match it. Partners, duplicates and due records
+are found in an in-memory index of the live records (tables/index.py), never by
+reading the whole state.
 """
 
 from __future__ import annotations
 
 import enum
-from bisect import bisect_left
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from tables import keys
+from tables.index import WindowIndex, split_record_key
 from tables.keys import BYTE_SIDE, Side
 from tables.kv import KV
 
 UNMATCHED_FLAG = b"\x00"
 MATCHED_FLAG = b"\x01"
-_NEVER = 1 << 62
-READ_AHEAD = 256  # expiry index entries read per scan beyond those due
 
 
 class JoinType(enum.Enum):
@@ -91,8 +90,7 @@ class Match(NamedTuple):
 _STREAM_TIME_KEY = keys.meta_key("stream_time")
 _RECORD_LEFT = keys.RECORD + keys.SIDE_BYTE["left"]
 _RECORD_RIGHT = keys.RECORD + keys.SIDE_BYTE["right"]
-_ID_LEFT = keys.ID + keys.SIDE_BYTE["left"]
-_ID_RIGHT = keys.ID + keys.SIDE_BYTE["right"]
+_RECORDS = keys.prefix_bounds(keys.RECORD)
 _pack_time = keys.TIME.pack
 _unpack_time = keys.TIME.unpack_from
 _pack_len = keys.LEN.pack
@@ -103,6 +101,11 @@ COUNTERS = ("late", "duplicates")
 
 class WindowedJoin:
     """The join of one task (partition) over its state.
+
+    The state holds the records and counters; which records are live, by join key and
+    by due time, is kept in memory (tables/index.py), loaded from the state when the
+    operator is made. So the per-record path reads the state only for the values of
+    partners found, and writes each record once (and deletes it once it expires).
 
     The per-record path (`process`) is written flat, with the key layout of
     tables/keys.py inlined: it runs once per input record and its cost is the
@@ -117,7 +120,10 @@ class WindowedJoin:
     ) -> None:
         """`ids`: records carry their own ids (the join's `id` option), and one with an id
         already held for its side and key is a duplicate whatever its time. Otherwise the
-        id is the input offset, and a duplicate is a record read twice (same time too)."""
+        id is the input offset, and a duplicate is a record read twice (same time too).
+
+        Reads every record key of `state` (to index them): make it before writing to the
+        state through anything but this operator."""
         self.state = state
         self.ids = ids
         self.window = window or JoinWindow()
@@ -125,39 +131,36 @@ class WindowedJoin:
         self._tracked = join_type.unmatched_sides
         self._changes: dict[bytes, bytes] = {}
         self._dirty_meta: set[str] = set()
-        # Lower bound of the earliest entry of the time index: skip scans until due.
-        self._due = -_NEVER
-        # Read-ahead of the time index: every entry due at or before `_ahead_until`,
-        # in order, so expiry scans the state once per READ_AHEAD entries, not per record.
-        self._ahead: list[bytes] = []
-        self._ahead_until = -_NEVER
         w = self.window
         self._closes = {"left": w.after + w.grace, "right": w.before + w.grace}
         self._retention = w.before + w.after + w.grace
         self.stream_time: int | None = self._meta("stream_time")
         self.late = self._meta("late") or 0
         self.duplicates = self._meta("duplicates") or 0
+        self.index = WindowIndex(self._retention, ids)
+        self.index.load(key for key, _ in state.scan(*_RECORDS))
 
     # -- processing -------------------------------------------------------
 
     def process(self, side: Side, key: bytes, ts: int, record_id: bytes, value: bytes) -> list[Match]:
         """Matches caused by one input record (and unmatched records now due)."""
-        state = self.state
+        index = self.index
         left = side == "left"
         joined = _pack_len(len(key)) + key
-        own = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined + _pack_time(ts + _BIAS) + record_id
-        identity = ((_ID_LEFT if left else _ID_RIGHT) + joined + record_id) if self.ids else own
+        prefix = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined
+        own = prefix + _pack_time(ts + _BIAS) + record_id
         # Duplicates first: a record read again after a takeover is one, not a late record.
-        if state.get(identity) is not None:
+        if (prefix + record_id in index.ids) if self.ids else index.holds(prefix, own):  # type: ignore[operator]
             self._count("duplicates")
             return []
         now = self.stream_time
         if now is not None and ts + self._closes[side] < now:
             self._count("late")
             return []
+        due = index.due
         if now is None or ts > now:
             self.stream_time = ts  # written to the state once per batch (take_changes)
-            results = self._expire(True) if self._due < ts else []
+            results = self._expire(True) if due and due[0][0] < ts else []
         else:
             results = []
 
@@ -169,12 +172,17 @@ class WindowedJoin:
         else:
             other = _RECORD_LEFT + joined
             lo, hi = ts - window.after, ts + window.before
-        found = state.find(other + _pack_time(lo + _BIAS), other + _pack_time(hi + 1 + _BIAS))
+        state = self.state
+        found = index.between(other, other + _pack_time(lo + _BIAS), other + _pack_time(hi + 1 + _BIAS))
         if found:
             at = len(other)
             other_tracked = ("right" if left else "left") in self._tracked
             changes = self._changes
-            for partner_key, partner in found:
+            get = state.get
+            for partner_key in found:
+                partner = get(partner_key)
+                if partner is None:  # the index and the state disagree: a bug, not bad input
+                    raise RuntimeError(f"join state lost record {partner_key!r} its index holds")
                 partner_ts = _unpack_time(partner_key, at)[0] - _BIAS
                 later = ts if ts > partner_ts else partner_ts
                 if left:
@@ -182,112 +190,35 @@ class WindowedJoin:
                 else:
                     results.append(Match(key, partner[1:], value, later))
                 if other_tracked and partner[:1] == UNMATCHED_FLAG:
-                    # Only the flag changes: the partner's index entry stays as it is.
                     partner = MATCHED_FLAG + partner[1:]
                     changes[partner_key] = partner
                     state.put(partner_key, partner)
 
-        # The record itself, and its index entry.
+        # The record itself.
         stored = (MATCHED_FLAG if found else UNMATCHED_FLAG) + value
         self._changes[own] = stored
         state.put(own, stored)
-        if identity is not own:
-            state.put(identity, b"")
-        expire_at = ts + self._retention
-        entry = keys.EXPIRY + _pack_time(expire_at + _BIAS) + own
-        state.put(entry, b"")
-        if expire_at <= self._ahead_until:
-            self._add_ahead(entry)
-        if expire_at < self._due:
-            self._due = expire_at
+        index.add(prefix, own, ts, record_id)
         return results
 
     # -- expiry and unmatched emission ------------------------------------
 
-    def _index(self, record_key: bytes, ts: int) -> None:
-        """Add a restored record's index entry (process inlines this)."""
-        expire_at = self.window.retained_until(ts)
-        entry = keys.index_key(keys.EXPIRY, expire_at, record_key)
-        self.state.put(entry, b"")
-        if self.ids:
-            self.state.put(keys.id_key(record_key), b"")
-        if expire_at <= self._ahead_until:
-            self._add_ahead(entry)
-        self._due = min(self._due, expire_at)
-
-    def _add_ahead(self, entry: bytes) -> None:
-        """Keep a new index entry that falls inside the read-ahead (once: a restored
-        record may be written again), and keep the read-ahead short."""
-        ahead = self._ahead
-        at = bisect_left(ahead, entry)
-        if at < len(ahead) and ahead[at] == entry:
-            return
-        ahead.insert(at, entry)
-        if len(ahead) > 2 * READ_AHEAD:
-            # Keep the entries before the time of the READ_AHEAD-th: all of each time.
-            cut_at = _unpack_time(ahead[READ_AHEAD], 1)[0] - _BIAS
-            del ahead[bisect_left(ahead, keys.EXPIRY + _pack_time(cut_at + _BIAS)) :]
-            self._ahead_until = cut_at - 1
-
     def _expire(self, emit: bool) -> list[Match]:
-        """One time index serves retention and unmatched emission (both fall due at
-        `retained_until(ts)`): when an entry comes due, the record is emitted if its side
-        is tracked and its flag still says unmatched, then deleted."""
+        """Records fall due once stream time passes `retained_until(ts)`: no record still
+        accepted can match them. Each is emitted if its side is tracked and its flag
+        still says unmatched, then deleted."""
+        if self.stream_time is None:
+            return []
         results: list[Match] = []
         state = self.state
         tracked = self._tracked
-        for index_entry in self._take_due():
-            record_key = index_entry[9:]
+        for record_key in self.index.pop_due(self.stream_time):
             if emit and tracked and BYTE_SIDE[record_key[1]] in tracked:
                 value = state.get(record_key)
                 if value is not None and value[:1] == UNMATCHED_FLAG:
                     results.append(_unmatched(record_key, value))
-            # Unreachable once due: no record still accepted has a partner range reaching
-            # back to it, and the index is read from the earliest live entry on.
             state.expire(record_key)
-            if self.ids:
-                state.expire(keys.id_key(record_key))
-            state.expire(index_entry)
         return results
-
-    def _take_due(self) -> list[bytes]:
-        """Index entries whose time is before stream time, from the read-ahead when it
-        covers them, else from a scan that also refills the read-ahead."""
-        now = self.stream_time
-        if now is None or self._due >= now:
-            return []
-        ahead = self._ahead
-        if self._ahead_until < now - 1:
-            ahead, self._ahead_until = self._read_ahead(now)
-            self._ahead = ahead
-        cut = bisect_left(ahead, keys.EXPIRY + _pack_time(now + _BIAS))
-        due = ahead[:cut]
-        del ahead[:cut]
-        if ahead:
-            self._due = _unpack_time(ahead[0], 1)[0] - _BIAS
-        else:
-            until = self._ahead_until
-            self._due = until + 1 if until < _NEVER else _NEVER
-        return due
-
-    def _read_ahead(self, now: int) -> tuple[list[bytes], int]:
-        """Every index entry due before `now` plus about READ_AHEAD more (all of each
-        time), and the time up to which the list is complete. The scan starts at the
-        earliest live entry, so it never walks the tombstones expiry leaves behind."""
-        lo, hi = keys.index_bounds(keys.EXPIRY)
-        if self._due > -_NEVER:
-            lo = keys.EXPIRY + keys.encode_time(self._due)
-        entries: list[bytes] = []
-        kept, last_at = 0, -_NEVER
-        for entry, _ in self.state.scan(lo, hi):
-            at = _unpack_time(entry, 1)[0] - _BIAS
-            if at >= now:
-                if kept >= READ_AHEAD and at > last_at:
-                    return entries, last_at
-                kept += 1
-                last_at = at
-            entries.append(entry)
-        return entries, _NEVER
 
     # -- metadata: counters ------------------------------------------------
 
@@ -327,9 +258,10 @@ class WindowedJoin:
                 setattr(self, name, keys.decode_int(value))
             return
         if key.startswith(keys.RECORD):
-            ts = keys.parse_record_key(key).ts
+            prefix, ts = split_record_key(key)
             self.state.put(key, value)
-            self._index(key, ts)
+            if not self.index.holds(prefix, key):  # a flag update writes a record again
+                self.index.add(prefix, key, ts, key[len(prefix) + 8 :])
             if self.stream_time is None or ts > self.stream_time:
                 self.stream_time = ts
                 self.state.put(_STREAM_TIME_KEY, keys.encode_int(ts))

@@ -41,8 +41,9 @@ class StatePartition:
 
     def reset(self) -> None:
         """Forget what was applied but not written (the changelog has the truth)."""
-        # Id entries and counters are only looked up by key: they skip the overlay's scan index.
-        self.overlay = Overlay(self.store, unscanned=(keys.ID, keys.META))
+        # The join reads its state by key only (the one scan, of the records when the operator
+        # indexes them, runs before anything is pending): no key needs the overlay's scan index.
+        self.overlay = Overlay(self.store, unscanned=(keys.RECORD, keys.META))
         self.join = WindowedJoin(self.overlay, self.window, self.join_type, self.ids)
 
     @property

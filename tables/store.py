@@ -42,7 +42,6 @@ from rocksdict import (
     Cache,
     Options,
     Rdict,
-    RdictIter,
     ReadOptions,
     WriteBatch,
     WriteBufferManager,
@@ -55,13 +54,13 @@ log = logging.getLogger(__name__)
 CHECKPOINT_KEY = b"checkpoint"
 FORMAT_KEY = b"format"
 # The layout of the keys above and of the caller's keys. Bump it with any change a
-# running older version would misread; stores of an older version are rebuilt.
-FORMAT_VERSION = 1
+# running older version would misread; stores of an older version are migrated
+# (`_MIGRATIONS`) or, without a migration, rebuilt.
+FORMAT_VERSION = 2
+# Format 1 also held the join's time index (`x`) and id index (`i`), now kept in memory
+# (tables/index.py): 1 -> 2 deletes those keys.
+_MIGRATIONS: dict[int, tuple[bytes, ...]] = {1: (b"x", b"i")}
 KEEP_DAMAGED = 3  # damaged stores kept per table for inspection
-# Deleted or overwritten entries one find() seek may step over before it gives way to a bounded
-# scan, and how many such fallbacks between two writes turn find() into scans until the next.
-FIND_SKIPPABLE = 32
-FIND_FALLBACKS = 8
 DAMAGED_DIR = ".damaged"
 # The checkpoint hint next to the RocksDB files, read by `safe_checkpoint`.
 HINT_FILE = "tandem-checkpoint"
@@ -264,8 +263,6 @@ class PartitionStore:
         self.damage: Damage | None = None  # set by open_store when it replaced a damaged store
         self._failed: StoreWriteError | None = None
         self._closed = False
-        self._finder: RdictIter | None = None  # find()'s iterator, until the next write
-        self._find_fallbacks = 0  # find()s since the last write that fell back to scan()
         had_data = _inspect_before_open(self.path)
         refuse_newer_format(self.path)
         self._db = _open_rdict(self.path)
@@ -311,40 +308,6 @@ class PartitionStore:
             del iterator
             raise self._read_error(error) from error
 
-    def find(self, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
-        """The items with lo <= key < hi, for a short range read whole (the join's partner scan).
-
-        One unbounded iterator serves every find() until the next write (the base of a batch
-        does not change): a fresh bounded one per call, as `scan` makes, cost ~1.5 us more.
-        But an unbounded seek walks the tombstones after the range (expiry leaves runs of
-        them between join keys): one that must step over more than FIND_SKIPPABLE deleted
-        or overwritten entries stops, and the range is read by `scan`; after FIND_FALLBACKS
-        of those, `scan` reads every range until the next write."""
-        if self._find_fallbacks >= FIND_FALLBACKS:
-            return list(self.scan(lo, hi))
-        iterator = self._finder
-        try:
-            if iterator is None:
-                options = ReadOptions()
-                options.set_max_skippable_internal_keys(FIND_SKIPPABLE)
-                iterator = self._finder = self._db.iter(options)
-            iterator.seek(lo)
-            found: list[tuple[bytes, bytes]] = []
-            while iterator.valid():
-                key = iterator.key()
-                if key >= hi:
-                    return found
-                found.append((key, iterator.value()))
-                iterator.next()
-            iterator.status()
-            return found
-        except Exception as error:
-            if not str(error).startswith("Result incomplete"):  # RocksDB's Incomplete: too many skipped
-                self._finder = iterator = None  # see scan: nothing may keep the database open
-                raise self._read_error(error) from error
-        self._find_fallbacks += 1  # the iterator stays usable: the next seek clears its status
-        return list(self.scan(lo, hi))
-
     def write(self, changes: Mapping[bytes, bytes | None], checkpoint: int | None) -> None:
         """Apply changes (None = delete) and move the checkpoint, atomically.
 
@@ -354,8 +317,6 @@ class PartitionStore:
         if self._failed is not None:
             detail = f"an earlier write failed: {self._failed.detail}"
             raise StoreWriteError(self.path, self._failed.errno, detail)
-        self._finder = None  # it would not see this write
-        self._find_fallbacks = 0
         batch = WriteBatch(raw_mode=True)
         # In key order: RocksDB inserts a sorted batch into its memtable faster than the
         # same keys in the order the batch wrote them.
@@ -390,7 +351,6 @@ class PartitionStore:
         if self._closed:
             return
         self._closed = True
-        self._finder = None  # a live iterator keeps the database (and its LOCK) open
         self._hint.close()
         _close_quietly(self._db, self.path)
 
@@ -429,8 +389,28 @@ class PartitionStore:
         if version > FORMAT_VERSION:
             raise StateFormatError(self.path, version, FORMAT_VERSION)
         if version < FORMAT_VERSION:
+            if version in _MIGRATIONS:
+                self._migrate(version)
+                return
             reason = "old_format" if version >= 1 else "bad_format"
             raise StoreCorruptError(self.path, reason, f"format {version}, this code writes {FORMAT_VERSION}")
+
+    def _migrate(self, version: int) -> None:
+        """Bring a store of an older format to this one, in one write batch: deletes the keys
+        under the prefixes the old format used and this one does not. The format file first:
+        a rollback must find it before anything is rewritten."""
+        _write_format_file(self.path)
+        batch = WriteBatch(raw_mode=True)
+        dropped = 0
+        for prefix in _MIGRATIONS[version]:
+            for key, _ in self.scan(prefix, prefix[:-1] + bytes([prefix[-1] + 1])):
+                batch.delete(key)
+                dropped += 1
+        batch.put(FORMAT_KEY, _FORMAT.pack(FORMAT_VERSION))
+        self._db.write(batch)
+        log.info(
+            "state store %s: format %d -> %d, %d keys dropped", self.path, version, FORMAT_VERSION, dropped
+        )
 
     def _has_any_key(self) -> bool:
         iterator = self._db.iter()

@@ -353,20 +353,20 @@ def test_a_new_store_gets_the_format_version(tmp_path: Path) -> None:
     path = tmp_path / "joins" / "0"
     PartitionStore(path).close()
     db = Rdict(str(path), Options(raw_mode=True))
-    assert db.get(FORMAT_KEY) == (1).to_bytes(8, "big")
+    assert db.get(FORMAT_KEY) == (2).to_bytes(8, "big") == FORMAT_VERSION.to_bytes(8, "big")
     db.close()
 
 
 def test_a_newer_format_is_refused_and_left_untouched(tmp_path: Path) -> None:
     path = tmp_path / "joins" / "0"
     fill_store(path)
-    put_raw(path, FORMAT_KEY, (2).to_bytes(8, "big"))
+    put_raw(path, FORMAT_KEY, (3).to_bytes(8, "big"))
     before = damage_counts()
     for opener in (PartitionStore, open_store):
         with pytest.raises(StateFormatError) as raised:
             opener(path)
-        assert (raised.value.found, raised.value.known) == (2, 1)
-        assert str(path) in str(raised.value) and "format 2" in str(raised.value)
+        assert (raised.value.found, raised.value.known) == (3, 2)
+        assert str(path) in str(raised.value) and "format 3" in str(raised.value)
     assert not (tmp_path / "joins" / DAMAGED_DIR).exists() and damage_counts() == before
     db = Rdict(str(path), Options(raw_mode=True))  # every record still there
     assert sum(1 for _ in db.keys(from_key=b"r")) >= BATCHES * PER_BATCH
@@ -410,10 +410,30 @@ def test_an_older_format_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     """What the next layout change does to stores of this one (no migration written)."""
     path = tmp_path / "joins" / "0"
     fill_store(path)
-    monkeypatch.setattr(store_module, "FORMAT_VERSION", 2)
+    monkeypatch.setattr(store_module, "FORMAT_VERSION", FORMAT_VERSION + 1)
     store = open_store(path)
     assert store.damage is not None and store.damage.reason == "old_format"
     store.close()
+
+
+def test_a_format_1_store_is_migrated_in_place(tmp_path: Path) -> None:
+    """Format 1 also stored the join's time and id indexes (`x`, `i`): opening it deletes
+    them, keeps everything else and the checkpoint, and moves nothing aside."""
+    path = tmp_path / "joins" / "0"
+    store = PartitionStore(path)
+    kept = {b"rLkey": b"\x00v", b"m:late": b"\x80" + bytes(7), b"j": b"", b"y": b"after"}
+    store.write({**kept, b"x\x80abc": b"", b"xz": b"", b"iLkey": b""}, 41)
+    store.write({FORMAT_KEY: store_module._FORMAT.pack(1)}, None)
+    store.close()
+    migrated = open_store(path)
+    try:
+        assert migrated.damage is None and migrated.checkpoint == 41
+        stored = dict(migrated.scan(b"", b"\xff"))
+        assert {k: v for k, v in stored.items() if k not in (FORMAT_KEY, CHECKPOINT_KEY)} == kept
+        assert stored[FORMAT_KEY] == store_module._FORMAT.pack(FORMAT_VERSION)
+    finally:
+        migrated.close()
+    assert not (path.parent / DAMAGED_DIR).exists()
 
 
 # -- 3. the assignor's checkpoint read -------------------------------------------------

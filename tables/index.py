@@ -1,0 +1,117 @@
+"""The in-memory index of one join partition's live records: which records each join key
+holds on each side, in time order, and when each one falls due.
+
+The records themselves (their values and matched flags) stay in the state (RocksDB);
+the index holds their keys only and is rebuilt from the state whenever an operator is
+made over it (`load`), so it never needs a changelog of its own. It answers the three
+questions the operator asks of every input record without a read of the state: is this
+record already held (a duplicate), which records of the other side fall in its window
+(partners), and which records are now due (expiry and unmatched emission).
+
+Memory: a few hundred bytes per live record (its key, a list slot, a heap entry; with
+the join's `id` option, a set entry more): docs/tables.md, "Memory".
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Iterable
+
+from tables import keys
+
+_unpack_len = keys.LEN.unpack_from
+_unpack_time = keys.TIME.unpack_from
+_BIAS = keys.TIME_BIAS
+_KEY_AT = keys.KEY_AT
+
+
+def split_record_key(record_key: bytes) -> tuple[bytes, int]:
+    """(prefix: the `r` side len key part, time in ms) of a record key (tables/keys.py)."""
+    end = _KEY_AT + _unpack_len(record_key, 2)[0]
+    return record_key[:end], _unpack_time(record_key, end)[0] - _BIAS
+
+
+class WindowIndex:
+    """The live records of one partition, by join key and side, and by due time.
+
+    `by_prefix[prefix]` is the sorted list of record keys under one record-key prefix
+    (side and join key): byte order is time order, then id. `due` is a heap of
+    (expire_at, record key): popped in the order of the time index it replaces."""
+
+    def __init__(self, retention: int, ids: bool) -> None:
+        self.retention = retention
+        self.by_prefix: dict[bytes, list[bytes]] = {}
+        self.due: list[tuple[int, bytes]] = []
+        # With the join's `id` option: prefix + id of every live record (duplicates by id).
+        self.ids: set[bytes] | None = set() if ids else None
+
+    def __len__(self) -> int:
+        return len(self.due)
+
+    def load(self, records: Iterable[bytes]) -> None:
+        """Index every record key of a state, read in key order."""
+        by_prefix, due, ids, retention = self.by_prefix, self.due, self.ids, self.retention
+        for record_key in records:
+            prefix, ts = split_record_key(record_key)
+            held = by_prefix.get(prefix)
+            if held is None:
+                by_prefix[prefix] = [record_key]
+            else:
+                held.append(record_key)  # key order: each list is built sorted
+            due.append((ts + retention, record_key))
+            if ids is not None:
+                ids.add(prefix + record_key[len(prefix) + 8 :])
+        heapq.heapify(due)
+
+    def holds(self, prefix: bytes, record_key: bytes) -> bool:
+        held = self.by_prefix.get(prefix)
+        if held is None:
+            return False
+        at = bisect_left(held, record_key)
+        return at < len(held) and held[at] == record_key
+
+    def add(self, prefix: bytes, record_key: bytes, ts: int, record_id: bytes) -> None:
+        """Index a record not held yet."""
+        held = self.by_prefix.get(prefix)
+        if held is None:
+            self.by_prefix[prefix] = [record_key]
+        elif record_key > held[-1]:
+            held.append(record_key)
+        else:
+            insort(held, record_key)
+        heapq.heappush(self.due, (ts + self.retention, record_key))
+        if self.ids is not None:
+            self.ids.add(prefix + record_id)
+
+    def between(self, prefix: bytes, lo: bytes, hi: bytes) -> list[bytes]:
+        """Record keys under `prefix` with lo <= key < hi, in order."""
+        held = self.by_prefix.get(prefix)
+        if held is None:
+            return []
+        return held[bisect_left(held, lo) : bisect_left(held, hi)]
+
+    def pop_due(self, now: int) -> list[bytes]:
+        """Remove and return the records due before stream time `now` (retained until
+        before it), in (due time, key) order."""
+        due = self.due
+        out: list[bytes] = []
+        pop, by_prefix, ids = heapq.heappop, self.by_prefix, self.ids
+        while due and due[0][0] < now:
+            record_key = pop(due)[1]
+            out.append(record_key)
+            prefix = record_key[: _KEY_AT + _unpack_len(record_key, 2)[0]]
+            held = by_prefix[prefix]
+            if held[0] == record_key:  # the oldest of its key, as a rule: due in time order
+                del held[0]
+            else:
+                held.remove(record_key)
+            if not held:
+                del by_prefix[prefix]
+            if ids is not None:
+                ids.discard(prefix + record_key[len(prefix) + 8 :])
+        return out
+
+    def next_due(self) -> int | None:
+        """The due time of the earliest record, None if none is held."""
+        return self.due[0][0] if self.due else None
