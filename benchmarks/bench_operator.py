@@ -4,15 +4,15 @@
 
 The ad events of app/traffic.py go through one StatePartition on real RocksDB (inner join,
 ids on, as the reference app), 2,000 records a batch, each batch committed to the store
-(`take_changes` + `write`, no broker). Two state paths, alternated round by round so a
+(`take_changes` + `write`, no broker). Two operators, alternated round by round so a
 busy machine slows both alike:
 
-- `find`: the partner scan as it is, PartitionStore.find (one iterator per batch);
-- `scan`: the partner scan as it was, a fresh bounded iterator per record (Overlay.scan).
+- `index in memory`: the join as it is (tables/index.py: partners, duplicates and due
+  records found in memory; the state read only for partners' values);
+- `index in RocksDB`: the join as it was (tests/stored_index_join.py: a time index and an
+  id index stored with the records, partners read by a range scan of the state).
 
 Reports the median CPU time (process_time: RocksDB's threads included) per record.
-Then find's worst case: probes of empty ranges, each followed by a run of tombstones
-(deleted keys not yet compacted away), find against scan per probe.
 """
 
 from __future__ import annotations
@@ -31,30 +31,27 @@ import orjson
 from app.traffic import ad_events
 from tables import keys
 from tables.kv import Overlay
-from tables.operator import JoinType, JoinWindow, WindowedJoin
+from tables.operator import JoinType, JoinWindow
 from tables.partition import StatePartition
 from tables.store import open_store
+from tests.stored_index_join import StoredIndexJoin
 
 BATCH = 2000
 WINDOW = JoinWindow(before=0, after=600_000, grace=60_000)
 Event = tuple[str, bytes, int, bytes, bytes]
 
 
-class ScanningOverlay(Overlay):
-    """The partner scan before find(): a fresh bounded iterator per record."""
-
-    def find(self, lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
-        return list(self.scan(lo, hi))
-
-
 @dataclass
-class ScanningPartition(StatePartition):
+class StoredIndexPartition(StatePartition):
     def reset(self) -> None:
-        self.overlay = ScanningOverlay(self.store, unscanned=(keys.ID, keys.META))
-        self.join = WindowedJoin(self.overlay, self.window, self.join_type, self.ids)
+        self.overlay = Overlay(self.store, unscanned=(b"i", keys.META))
+        self.join = StoredIndexJoin(self.overlay, self.window, self.join_type, self.ids)  # type: ignore[assignment]
 
 
-PATHS: dict[str, type[StatePartition]] = {"find": StatePartition, "scan": ScanningPartition}
+PATHS: dict[str, type[StatePartition]] = {
+    "index in memory": StatePartition,
+    "index in RocksDB": StoredIndexPartition,
+}
 
 
 def events(impressions: int) -> list[Event]:
@@ -87,39 +84,13 @@ def run(kind: type[StatePartition], records: list[Event], profile: bool = False)
     return spent, results
 
 
-def tombstone_probes(runs: tuple[int, ...] = (10, 60, 200), groups: int = 1000) -> None:
-    """Per probe: 1,000 empty ranges, each just before `run` tombstones and then a live key."""
-    print("\n| tombstones after each probed range | find us / probe | scan us / probe | find / scan |")
-    print("| ---: | ---: | ---: | ---: |")
-    with tempfile.TemporaryDirectory() as tmp:
-        store = open_store(Path(tmp) / "p0")
-        for checkpoint, run in enumerate(runs):
-            dead = [b"g%04d-%04d" % (g, i) for g in range(groups) for i in range(run)]
-            live = {b"g%04d-zzzz" % g: b"L" for g in range(groups)}
-            store.write(dict.fromkeys(dead, b"v") | live, 3 * checkpoint)
-            store.write(dict.fromkeys(dead), 3 * checkpoint + 1)
-            probes = [(b"g%04d-" % g, b"g%04d-0000" % g) for g in range(groups)]
-            cost = {}
-            for name, read in (("find", store.find), ("scan", lambda lo, hi: list(store.scan(lo, hi)))):
-                rounds = []
-                for _ in range(5):
-                    start = time.process_time()
-                    for lo, hi in probes:
-                        read(lo, hi)
-                    rounds.append((time.process_time() - start) / groups * 1e6)
-                cost[name] = statistics.median(rounds)
-            print(f"| {run} | {cost['find']:.2f} | {cost['scan']:.2f} | {cost['find'] / cost['scan']:.2f} |")
-            store.write(dict.fromkeys(live), 3 * checkpoint + 2)
-        store.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--impressions", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="print a cProfile of one `find` run")
+    parser.add_argument("--profile", action="store_true", help="cProfile one run of the join as it is")
     args = parser.parse_args()
     records = events(args.impressions)
     if args.profile:
@@ -133,14 +104,14 @@ def main() -> None:
             spent[name].append(seconds / len(records) * 1e6)
     if len(set(results.values())) != 1:
         raise SystemExit(f"the paths disagree: {results}")
-    base = statistics.median(spent["scan"])
-    print(f"{len(records):,} records, {results['find']:,} results, median of {args.rounds} rounds\n")
-    print("| partner scan | us CPU / record | runs | vs scan |")
+    base = statistics.median(spent["index in RocksDB"])
+    found = results["index in memory"]
+    print(f"{len(records):,} records, {found:,} results, median of {args.rounds} rounds\n")
+    print("| operator | us CPU / record | runs | vs index in RocksDB |")
     print("| --- | --- | --- | --- |")
     for name, runs in spent.items():
         median = statistics.median(runs)
         print(f"| {name} | {median:.1f} | {' '.join(f'{r:.1f}' for r in runs)} | {median / base:.2f} |")
-    tombstone_probes()
 
 
 if __name__ == "__main__":
