@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Iterable
 
 from tables import keys
@@ -36,22 +37,27 @@ class WindowIndex:
     """The live records of one partition, by join key and side, and by due time.
 
     `by_prefix[prefix]` is the sorted list of record keys under one record-key prefix
-    (side and join key): byte order is time order, then id. `due` is a heap of
-    (expire_at, record key): popped in the order of the time index it replaces."""
+    (side and join key): byte order is time order, then id. Due times are (expire_at,
+    record key) pairs, popped in that order (the order of the time index they replace):
+    records come in event-time order as a rule (the runtime aligns its inputs), so each
+    pair is appended to the sorted queue `due`, and only one that sorts before the
+    queue's last goes to the heap `late_due`."""
 
     def __init__(self, retention: int, ids: bool) -> None:
         self.retention = retention
         self.by_prefix: dict[bytes, list[bytes]] = {}
-        self.due: list[tuple[int, bytes]] = []
+        self.due: deque[tuple[int, bytes]] = deque()
+        self.late_due: list[tuple[int, bytes]] = []
         # With the join's `id` option: prefix + id of every live record (duplicates by id).
         self.ids: set[bytes] | None = set() if ids else None
 
     def __len__(self) -> int:
-        return len(self.due)
+        return len(self.due) + len(self.late_due)
 
     def load(self, records: Iterable[bytes]) -> None:
         """Index every record key of a state, read in key order."""
-        by_prefix, due, ids, retention = self.by_prefix, self.due, self.ids, self.retention
+        by_prefix, ids, retention = self.by_prefix, self.ids, self.retention
+        due: list[tuple[int, bytes]] = []
         for record_key in records:
             prefix, ts = split_record_key(record_key)
             held = by_prefix.get(prefix)
@@ -62,7 +68,8 @@ class WindowIndex:
             due.append((ts + retention, record_key))
             if ids is not None:
                 ids.add(prefix + record_key[len(prefix) + 8 :])
-        heapq.heapify(due)
+        due.sort()
+        self.due.extend(due)
 
     def holds(self, prefix: bytes, record_key: bytes) -> bool:
         held = self.by_prefix.get(prefix)
@@ -80,7 +87,12 @@ class WindowIndex:
             held.append(record_key)
         else:
             insort(held, record_key)
-        heapq.heappush(self.due, (ts + self.retention, record_key))
+        entry = (ts + self.retention, record_key)
+        due = self.due
+        if not due or entry > due[-1]:
+            due.append(entry)
+        else:
+            heapq.heappush(self.late_due, entry)
         if self.ids is not None:
             self.ids.add(prefix + record_id)
 
@@ -94,11 +106,16 @@ class WindowIndex:
     def pop_due(self, now: int) -> list[bytes]:
         """Remove and return the records due before stream time `now` (retained until
         before it), in (due time, key) order."""
-        due = self.due
+        due, late = self.due, self.late_due
         out: list[bytes] = []
-        pop, by_prefix, ids = heapq.heappop, self.by_prefix, self.ids
-        while due and due[0][0] < now:
-            record_key = pop(due)[1]
+        by_prefix, ids = self.by_prefix, self.ids
+        while True:
+            if due and due[0][0] < now and (not late or due[0] < late[0]):
+                record_key = due.popleft()[1]
+            elif late and late[0][0] < now:
+                record_key = heapq.heappop(late)[1]
+            else:
+                return out
             out.append(record_key)
             prefix = record_key[: _KEY_AT + _unpack_len(record_key, 2)[0]]
             held = by_prefix[prefix]
@@ -110,8 +127,3 @@ class WindowIndex:
                 del by_prefix[prefix]
             if ids is not None:
                 ids.discard(prefix + record_key[len(prefix) + 8 :])
-        return out
-
-    def next_due(self) -> int | None:
-        """The due time of the earliest record, None if none is held."""
-        return self.due[0][0] if self.due else None

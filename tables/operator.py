@@ -157,10 +157,10 @@ class WindowedJoin:
         if now is not None and ts + self._closes[side] < now:
             self._count("late")
             return []
-        due = index.due
         if now is None or ts > now:
             self.stream_time = ts  # written to the state once per batch (take_changes)
-            results = self._expire(True) if due and due[0][0] < ts else []
+            due, late = index.due, index.late_due
+            results = self._expire(True) if (due and due[0][0] < ts) or (late and late[0][0] < ts) else []
         else:
             results = []
 
