@@ -81,7 +81,7 @@ class SortedKeys:
             self.firsts.append(key)
             return
         chunk = chunks[-1]
-        if key > chunk[-1]:  # past every key (new time index entries, mostly): append
+        if key > chunk[-1]:  # past every key (keys written in order, mostly): append
             i = len(chunks) - 1
             chunk.append(key)
         else:
