@@ -295,6 +295,44 @@ def test_w5_two_first_rounds_can_feed_back_the_same_input() -> None:
         assert partition in again["members"][member]["active"]["joins-changelog"]
 
 
+
+def test_w5_with_no_budget_a_plain_standby_does_not_change_the_held_move() -> None:
+    """Found by hypothesis (test_w5_feeding_back_completes_warm_ups_and_converges). w1 owned
+    join tasks 0-4; w0 is 1000 behind on 0, 1, 4 and w3 on 0, 1; both are at the end of 2, 3.
+    w1 keeps two of 0, 1, 4 and one is held for w0 (budget 0: no warm-up). That round gave w0
+    a plain standby of another of the three, 1000 behind as well: fed back, the move must not
+    switch to it ("with 0: feeding back changes nothing"). Only a caught-up previous standby
+    (a warm-up that caught up) is preferred among equally fresh holders."""
+    join = ["clicks", "impressions", "joins-changelog"]
+    everything = [*join, "audit", "ledger-changelog"]
+    scn: dict[str, Any] = {
+        "topics": {"clicks": 6, "impressions": 6, "joins-changelog": 6, "audit": 1, "ledger-changelog": 1},
+        "copartition_groups": [join],
+        "changelog_topics": ["joins-changelog", "ledger-changelog"],
+        "standby_replicas": 1,
+        "members": {
+            "w0": {"topics": everything, "local_offsets": {"joins-changelog": {str(p): 0 for p in range(5)}}},
+            "w1": {"topics": everything, "previous_active": {"joins-changelog": [0, 1, 2, 3, 4]}},
+            "w2": {"topics": everything},
+            "w3": {"topics": everything, "local_offsets": {"joins-changelog": {str(p): 0 for p in range(4)}}},
+        },
+        "acceptable_recovery_lag": 0,
+        "max_warmup_replicas": 0,
+        "changelog_end_offsets": {
+            "joins-changelog": {"0": 1000, "1": 1000, "4": 1000},
+            "ledger-changelog": {},
+        },
+    }
+    result = plan(scn)
+    [move] = result["pending_moves"]
+    assert (move["from"], move["to"], move["warmup"]) == ("w1", "w0", False)
+    assert move["partition"] in (0, 1, 4)
+    for _ in range(3):  # nothing completes without a budget: every round is the first
+        scn = check.feed_back_warmups(scn, result)
+        again = plan(scn)
+        assert again["members"] == result["members"]
+        assert again["pending_moves"] == result["pending_moves"]
+
 # -- determinism, bad input -------------------------------------------------------------------
 
 

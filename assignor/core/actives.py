@@ -233,8 +233,8 @@ def _graded_task_arcs(
     group_of: np.ndarray,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """With warm-ups on: keep, then warm, then onto a caught-up member, lexicographically;
-    then the freshest holder (among equally fresh ones, a previous standby: a warm-up that
-    caught up), then a fixed tie weight per (task, member).
+    then the freshest holder (among equally fresh ones, a caught-up previous standby: a
+    warm-up that caught up), then a fixed tie weight per (task, member).
 
     The caught-up tier makes the target move a task now (to a caught-up member) rather
     than later where the counts allow either; the standby preference and the tie weights
@@ -260,10 +260,13 @@ def _graded_task_arcs(
     kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of[groups], keep_unit)]
     warm_rows, heads, targets, preference, caught = [], [], [], [], []
     for i, task in enumerate(flow_tasks.tolist()):
-        # The freshest first; among equally fresh, a previous standby (a warm-up that caught up).
-        # Across tasks, at equal rank, a move onto a previous standby wins (+1): the warm-up
-        # that caught up takes its task rather than another the counts would equally allow.
-        ranked = sorted(problem.warm.graded(task), key=lambda c: (-c[1], not c[3], c[0]))
+        # The freshest first; among equally fresh, a caught-up previous standby (a warm-up that
+        # caught up). Across tasks, at equal rank, a move onto one wins (+1): the warm-up takes its
+        # task rather than another the counts would equally allow. A standby not caught up gets no
+        # preference: the last round put plain standbys by its actives, and preferring them would
+        # change which task a held move takes when nothing else changed (W5).
+        graded = [(m, fresh, up, standby and up) for m, fresh, up, standby in problem.warm.graded(task)]
+        ranked = sorted(graded, key=lambda c: (-c[1], not c[3], c[0]))
         for rank, (member, _, is_caught, was_standby) in enumerate(ranked):
             target_slot = int(slot_of[groups[i], member])
             if target_slot >= 0:
