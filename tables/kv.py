@@ -27,7 +27,7 @@ class KV(ReadableKV, Protocol):
     def delete(self, key: bytes) -> None: ...
 
     def expire(self, key: bytes) -> None:
-        """Delete a key that no later scan or find reaches (the caller knows: an expired
+        """Delete a key that no later scan reaches (the caller knows: an expired
         record or index entry lies below every range the join still reads)."""
         ...
 
