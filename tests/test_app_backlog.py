@@ -204,9 +204,10 @@ def test_worker_started_on_a_backlog_drops_nothing_as_late(
 
 # A rebalance in the middle of the catch-up: a backlog that takes one worker long enough
 # for a second one to start and join the group (a Faust process starts in a few seconds,
-# the embedded broker holds its JoinGroup for one more). One worker joins about 10,000
-# records a second here, and w2's JoinGroup comes about 5 s after w1 starts joining.
-REBALANCE_IMPRESSIONS = 80_000  # and about 48,000 clicks
+# the embedded broker holds its JoinGroup for one more). One worker joins about 40,000
+# records a second here (docs/bench/worker.md), and w2's JoinGroup comes about 5 s after
+# w1 starts joining: the backlog lasts it about 12 s.
+REBALANCE_IMPRESSIONS = 300_000  # and about 180,000 clicks
 RESTORED = re.compile(r"tandem: join '[^']+' restored in ")
 REBALANCE_S = 30.0  # from w2's start until w1 is assigned again (normally a few seconds)
 REBALANCE_WAIT_S = 45.0  # then both workers own partitions, all caught up and settled
