@@ -13,7 +13,15 @@ from bisect import bisect_left
 from tables import keys
 from tables.keys import BYTE_SIDE, Side
 from tables.kv import KV
-from tables.operator import COUNTERS, MATCHED_FLAG, UNMATCHED_FLAG, JoinType, JoinWindow, Match
+from tables.operator import (
+    MATCHED_FLAG,
+    UNMATCHED_FLAG,
+    JoinType,
+    JoinWindow,
+    Match,
+    WindowedJoin,
+    _unmatched,
+)
 
 _NEVER = 1 << 62
 READ_AHEAD = 256  # expiry index entries read per scan beyond those due
@@ -47,8 +55,8 @@ _pack_len = keys.LEN.pack
 _BIAS = keys.TIME_BIAS
 
 
-class StoredIndexJoin:
-    """The join of one task (partition) over its state.
+class StoredIndexJoin(WindowedJoin):
+    """The join of one task (partition) over its state, its indexes stored in it.
 
     The per-record path (`process`) is written flat, with the key layout of
     tables/keys.py inlined: it runs once per input record and its cost is the
@@ -63,7 +71,9 @@ class StoredIndexJoin:
     ) -> None:
         """`ids`: records carry their own ids (the join's `id` option), and one with an id
         already held for its side and key is a duplicate whatever its time. Otherwise the
-        id is the input offset, and a duplicate is a record read twice (same time too)."""
+        id is the input offset, and a duplicate is a record read twice (same time too).
+
+        Not WindowedJoin's own: that one indexes the stored records in memory."""
         self.state = state
         self.ids = ids
         self.window = window or JoinWindow()
@@ -235,58 +245,16 @@ class StoredIndexJoin:
             entries.append(entry)
         return entries, _NEVER
 
-    # -- metadata: counters ------------------------------------------------
-
-    def _meta(self, name: str) -> int | None:
-        raw = self.state.get(keys.meta_key(name))
-        return None if raw is None else keys.decode_int(raw)
-
-    def _count(self, name: str) -> None:
-        value = getattr(self, name) + 1
-        setattr(self, name, value)
-        self.state.put(keys.meta_key(name), keys.encode_int(value))
-        self._dirty_meta.add(name)
-
-    # -- changelog ---------------------------------------------------------
-
-    def take_changes(self) -> list[tuple[bytes, bytes]]:
-        """Changelog records since the last call: records first, then the counters. Also
-        puts the stream time in the state (derived on replay: not in the changelog)."""
-        if self.stream_time is not None:
-            self.state.put(_STREAM_TIME_KEY, _pack_time(self.stream_time + _BIAS))
-        changes = list(self._changes.items())
-        for name in sorted(self._dirty_meta):
-            key = keys.meta_key(name)
-            changes.append((key, self.state.get(key) or b""))
-        self._changes.clear()
-        self._dirty_meta.clear()
-        return changes
+    # -- counters, changelog, finish_restore: WindowedJoin's own ------------
 
     def restore(self, key: bytes, value: bytes | None) -> None:
         """Apply one changelog record without emitting anything."""
-        if value is None:
-            return  # the join writes no tombstones; compaction may, harmlessly
-        if key.startswith(keys.META):
-            self.state.put(key, value)
-            name = key[len(keys.META) :].decode()
-            if name in COUNTERS:
-                setattr(self, name, keys.decode_int(value))
+        if value is None or not key.startswith(keys.RECORD):
+            super().restore(key, value)  # counters (a tombstone: nothing), as WindowedJoin does
             return
-        if key.startswith(keys.RECORD):
-            ts = keys.parse_record_key(key).ts
-            self.state.put(key, value)
-            self._index(key, ts)
-            if self.stream_time is None or ts > self.stream_time:
-                self.stream_time = ts
-                self.state.put(_STREAM_TIME_KEY, keys.encode_int(ts))
-
-    def finish_restore(self) -> None:
-        """Drop what the restored stream time has expired, silently (already emitted)."""
-        self._expire(emit=False)
-
-
-def _unmatched(record_key: bytes, value: bytes) -> Match:
-    stored = keys.parse_record_key(record_key)
-    if stored.side == "left":
-        return Match(stored.key, value[1:], None, stored.ts)
-    return Match(stored.key, None, value[1:], stored.ts)
+        ts = keys.parse_record_key(key).ts
+        self.state.put(key, value)
+        self._index(key, ts)
+        if self.stream_time is None or ts > self.stream_time:
+            self.stream_time = ts
+            self.state.put(_STREAM_TIME_KEY, keys.encode_int(ts))
