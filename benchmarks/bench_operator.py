@@ -13,6 +13,9 @@ busy machine slows both alike:
   id index stored with the records, partners read by a range scan of the state).
 
 Reports the median CPU time (process_time: RocksDB's threads included) per record.
+Then what the in-memory index costs: the records of one run, none expired, in one
+store; a new operator indexes them (as at a start or a promotion), with and without
+ids: bytes per live record (tracemalloc) and CPU per record to build it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pstats
 import statistics
 import tempfile
 import time
+import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +35,7 @@ import orjson
 from app.traffic import ad_events
 from tables import keys
 from tables.kv import Overlay
-from tables.operator import JoinType, JoinWindow
+from tables.operator import JoinType, JoinWindow, WindowedJoin
 from tables.partition import StatePartition
 from tables.store import open_store
 from tests.stored_index_join import StoredIndexJoin
@@ -84,6 +88,33 @@ def run(kind: type[StatePartition], records: list[Event], profile: bool = False)
     return spent, results
 
 
+def index_cost(records: list[Event]) -> None:
+    """Memory and build time of the index of a store holding every record (a window that
+    outlasts the run), with the join's ids and without."""
+    everything = JoinWindow(before=0, after=1 << 40, grace=0)
+    print("\n| index | live records | bytes / record (tracemalloc) | us CPU / record to build |")
+    print("| --- | ---: | ---: | ---: |")
+    for ids in (False, True):
+        with tempfile.TemporaryDirectory() as tmp:
+            part = StatePartition(open_store(Path(tmp) / "p0"), everything, JoinType.INNER, "active", ids)
+            for at in range(0, len(records), BATCH):
+                for record in records[at : at + BATCH]:
+                    part.join.process(*record)
+                part.join.take_changes()
+                part.write(at)
+            start = time.process_time()
+            WindowedJoin(part.overlay, everything, JoinType.INNER, ids)
+            build = time.process_time() - start
+            tracemalloc.start()
+            indexed = WindowedJoin(part.overlay, everything, JoinType.INNER, ids)  # kept while measured
+            size = tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+            live = len(indexed.index)
+            part.store.close()
+        name = "with ids" if ids else "by offset"
+        print(f"| {name} | {live:,} | {size / live:.0f} | {build / live * 1e6:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -112,6 +143,7 @@ def main() -> None:
     for name, runs in spent.items():
         median = statistics.median(runs)
         print(f"| {name} | {median:.1f} | {' '.join(f'{r:.1f}' for r in runs)} | {median / base:.2f} |")
+    index_cost(records)
 
 
 if __name__ == "__main__":
