@@ -17,8 +17,14 @@ input whose end is not known yet holds the others back for at most `max_wait_s`
 (Kafka Streams' max.task.idle.ms); one with data on the broker that sends nothing,
 for at most MAX_WAIT_UNHEARD_S. Live traffic is caught up after
 every fetch, so nothing is held there; a backlog is joined as if it had arrived
-in time. At most `max_held` records are held per partition: beyond that the
-oldest are released anyway (counted in `forced`), so memory stays bounded.
+in time. An input runs ahead of the other on a backlog (sparser in event time, a
+fetch of it covers more time), and what is held grows with the backlog: once half of
+`max_held` records are held for a partition, the inputs whose bound lies past the one
+holding the release back are named by `ahead()`, and the runtime stops fetching them
+until the other catches up (Kafka Streams pauses a partition whose buffer is full).
+At most `max_held` records are held per partition: beyond that the oldest are
+released anyway (counted in `forced`: records of the other input may then be late),
+so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -119,6 +125,7 @@ class _Partition(Generic[Item]):
     # stops tracking an entry (a backlog holds tens of thousands)
     held: list[tuple[int, int, str, int, Item]] = field(default_factory=list)
     inputs: dict[str, _Input] = field(default_factory=dict)
+    ahead: frozenset[str] = frozenset()  # inputs not to read for now (see Aligner.ahead)
 
 
 class Aligner(Generic[Item]):
@@ -204,11 +211,15 @@ class Aligner(Generic[Item]):
         reading it (the group's committed offset), None if unknown (then 0)."""
         state = self._partitions.get(partition)
         if state is None or not state.held:
+            if state is not None:
+                state.ahead = frozenset()
             return []
         starts = starts or {}
-        limit = min(self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics)
+        bounds = {t: self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics}
+        limit = min(bounds.values())
         held, max_held = state.held, self.max_held
         if held[0][0] > limit and len(held) <= max_held:
+            self._note_ahead(state, bounds, limit)
             return []  # the common case on a backlog: waiting for the other input
         out: list[Item] = []
         pop, inputs = heapq.heappop, state.inputs
@@ -226,7 +237,20 @@ class Aligner(Generic[Item]):
         if not held:
             for source in inputs.values():
                 source.clear_held()
+        self._note_ahead(state, bounds, limit)
         return out
+
+    def _note_ahead(self, state: _Partition[Item], bounds: Mapping[str, float], limit: float) -> None:
+        if 2 * len(state.held) < self.max_held:
+            state.ahead = frozenset()
+        else:
+            state.ahead = frozenset(t for t, bound in bounds.items() if limit < bound < _INF)
+
+    def ahead(self) -> dict[int, frozenset[str]]:
+        """Partition -> its inputs not to read for now: with half of `max_held` records held
+        or more, those ahead of the input that holds the release back (reading more of them
+        would only grow what is held). As of each partition's last `release`."""
+        return {p: state.ahead for p, state in self._partitions.items() if state.ahead}
 
     def forget(self) -> list[Item]:
         """Every held record of every partition, and what was read: the records will be

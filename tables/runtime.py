@@ -162,6 +162,7 @@ class JoinRunner:
         self.state: JoinState | None = None  # opened at the first assignment
         self.partitions: int | None = None  # the inputs' partition count (start check)
         self.held_back: set[TP] = set()  # inputs of partitions being restored
+        self.ahead: set[TP] = set()  # inputs read far ahead of their partner (Aligner.ahead)
         self.read_next: dict[TP, int] = {}  # after the last record taken into a batch
         self.commit_at: dict[TP, int] = {}  # what Faust may commit
         self.feed = Feed()
@@ -330,6 +331,7 @@ class JoinRunner:
         producer = faust_internals.producer_of(self.app)
         await asyncio.gather(*(state.commit(p, producer) for p in processed))
         self._move_commit_offsets(touched | set(processed))
+        self._note_ahead()
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
 
@@ -414,6 +416,14 @@ class JoinRunner:
                 ends[topic] = None
             starts[topic] = committed.get(tp)
         return self.aligner.release(partition, ends, starts)
+
+    def _note_ahead(self) -> None:
+        """Stop fetching the inputs the aligner holds too much of, until their partner catches
+        up: what the fetcher is not handed stays on the broker, not in memory."""
+        ahead = {TP(t, p) for p, topics in self.aligner.ahead().items() for t in topics}
+        if ahead != self.ahead:
+            log.debug("tandem: join %r: reads of %s paused (event-time order)", self.spec.name, sorted(ahead))
+        self.ahead = ahead
 
     def _move_commit_offsets(self, partitions: Iterable[int]) -> None:
         read_next, commit_at, first_held = self.read_next, self.commit_at, self.aligner.first_held
@@ -551,6 +561,7 @@ class JoinRunner:
             self.read_next.pop(tp, None)
             self.commit_at.pop(tp, None)
         self.held_back = {TP(t, p) for p in moves.to_restore for t in self.spec.input_topics}
+        self._note_ahead()
         # Where each active input must be read from: what this worker had not finished, or what
         # it dropped during the rebalance (Faust seeks the rest to their committed offsets).
         restart = {tp: self.commit_at.get(tp, first) for tp, first in self._dropped_from.items()}
@@ -641,6 +652,7 @@ class JoinRunner:
                         restart.setdefault(tp, records[0].offset)
             held = self.aligner.held()
             self.aligner.forget()
+            self._note_ahead()
             if held:
                 log.info("tandem: join %r: %s held records left to be read again", self.spec.name, held)
             await self._rewind(restart)
@@ -806,7 +818,7 @@ class Runtime:
     def held_back(self) -> set[TP]:
         held: set[TP] = set()
         for runner in self.runners.values():
-            held |= runner.held_back
+            held |= runner.held_back | runner.ahead
         return held
 
     def commit_offset(self, tp: TP) -> int | None:

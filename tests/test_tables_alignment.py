@@ -89,6 +89,32 @@ def test_the_cap_releases_the_oldest_and_counts_them() -> None:
     assert a.held(0) == 3
 
 
+def test_an_input_far_ahead_is_named_until_its_partner_catches_up() -> None:
+    """With half of max_held held, the input past the one holding the release back is to be
+    read no further (the runtime pauses its fetches); never the one holding it back, never
+    one caught up; and no more once what is held drops below half."""
+    a, _ = aligner(max_held=8)
+    ends = {IMP: 100, CLK: 100}
+    a.add(0, IMP, 0, 10, "i10")
+    for offset, ts in enumerate([20, 30, 40]):
+        a.add(0, CLK, offset, ts, f"c{ts}")
+    assert a.release(0, ends) == ["i10"] and a.ahead() == {}  # 3 held: under half
+    a.add(0, CLK, 3, 50, "c50")
+    assert a.release(0, ends) == [] and a.ahead() == {0: frozenset({CLK})}  # 4 held: clicks ahead
+    a.add(0, IMP, 1, 35, "i35")
+    assert a.release(0, ends) == ["c20", "c30", "i35"] and a.ahead() == {}  # 2 held again
+    for offset, ts in enumerate([60, 70, 80], 4):
+        a.add(0, CLK, offset, ts, f"c{ts}")
+    ends = {IMP: 100, CLK: 7}  # clicks at their end: 5 held, but never paused
+    assert a.release(0, ends) == [] and a.held(0) == 5 and a.ahead() == {}
+    for offset, ts in enumerate([90, 91, 92, 93], 2):
+        a.add(0, IMP, offset, ts, f"i{ts}")
+    assert a.release(0, ends) == ["c40", "c50", "c60", "c70", "c80", "i90", "i91", "i92", "i93"]
+    assert a.ahead() == {} and a.forced == 0
+    a.forget()
+    assert a.ahead() == {}
+
+
 def test_forget_drops_every_held_record_and_what_was_read() -> None:
     """A revocation: held records are read again later, from the committed offsets."""
     a, _ = aligner()
