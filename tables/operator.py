@@ -21,6 +21,8 @@ reading the whole state.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -95,6 +97,7 @@ _pack_time = keys.TIME.pack
 _unpack_time = keys.TIME.unpack_from
 _pack_len = keys.LEN.pack
 _BIAS = keys.TIME_BIAS
+Event = tuple[Side, bytes, int, bytes, bytes]  # side, key, ts, record id, value
 # Counters kept with the state and its changelog.
 COUNTERS = ("late", "duplicates")
 
@@ -144,61 +147,79 @@ class WindowedJoin:
 
     def process(self, side: Side, key: bytes, ts: int, record_id: bytes, value: bytes) -> list[Match]:
         """Matches caused by one input record (and unmatched records now due)."""
+        return self.process_many(((side, key, ts, record_id, value),))
+
+    def process_many(self, events: Iterable[Event]) -> list[Match]:
+        """`process` of each (side, key, ts, record id, value) in turn, their matches in
+        one list: the same results as one call per event, cheaper (one loop over local
+        names: it runs for every input record)."""
+        results: list[Match] = []
         index = self.index
-        left = side == "left"
-        joined = _pack_len(len(key)) + key
-        prefix = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined
-        own = prefix + _pack_time(ts + _BIAS) + record_id
-        # Duplicates first: a record read again after a takeover is one, not a late record.
-        if (prefix + record_id in index.ids) if self.ids else index.holds(prefix, own):  # type: ignore[operator]
-            self._count("duplicates")
-            return []
-        now = self.stream_time
-        if now is not None and ts + self._closes[side] < now:
-            self._count("late")
-            return []
-        if now is None or ts > now:
-            self.stream_time = ts  # written to the state once per batch (take_changes)
-            due, late = index.due, index.late_due
-            results = self._expire(True) if (due and due[0][0] < ts) or (late and late[0][0] < ts) else []
-        else:
-            results = []
-
-        # Partners: the other side's records of this join key within the window.
-        window = self.window
-        if left:
-            other = _RECORD_RIGHT + joined
-            lo, hi = ts - window.before, ts + window.after
-        else:
-            other = _RECORD_LEFT + joined
-            lo, hi = ts - window.after, ts + window.before
+        by_prefix, due, late_due, ids = index.by_prefix, index.due, index.late_due, index.ids
+        add = index.add
         state = self.state
-        found = index.between(other, other + _pack_time(lo + _BIAS), other + _pack_time(hi + 1 + _BIAS))
-        if found:
-            at = len(other)
-            other_tracked = ("right" if left else "left") in self._tracked
-            changes = self._changes
-            get = state.get
-            for partner_key in found:
-                partner = get(partner_key)
-                if partner is None:  # the index and the state disagree: a bug, not bad input
-                    raise RuntimeError(f"join state lost record {partner_key!r} its index holds")
-                partner_ts = _unpack_time(partner_key, at)[0] - _BIAS
-                later = ts if ts > partner_ts else partner_ts
-                if left:
-                    results.append(Match(key, value, partner[1:], later))
-                else:
-                    results.append(Match(key, partner[1:], value, later))
-                if other_tracked and partner[:1] == UNMATCHED_FLAG:
-                    partner = MATCHED_FLAG + partner[1:]
-                    changes[partner_key] = partner
-                    state.put(partner_key, partner)
+        get, put = state.get, state.put
+        changes = self._changes
+        window = self.window
+        before, after = window.before, window.after
+        close_left, close_right = self._closes["left"], self._closes["right"]
+        other_tracked = {"left": "right" in self._tracked, "right": "left" in self._tracked}
+        for side, key, ts, record_id, value in events:
+            left = side == "left"
+            joined = _pack_len(len(key)) + key
+            prefix = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined
+            own = prefix + _pack_time(ts + _BIAS) + record_id
+            # Duplicates first: a record read again after a takeover is one, not a late record.
+            if (prefix + record_id in ids) if ids is not None else index.holds(prefix, own):
+                self._count("duplicates")
+                continue
+            now = self.stream_time
+            if now is not None and ts + (close_left if left else close_right) < now:
+                self._count("late")
+                continue
+            if now is None or ts > now:
+                self.stream_time = ts  # written to the state once per batch (take_changes)
+                if (due and due[0][0] < ts) or (late_due and late_due[0][0] < ts):
+                    results += self._expire(True)
 
-        # The record itself.
-        stored = (MATCHED_FLAG if found else UNMATCHED_FLAG) + value
-        self._changes[own] = stored
-        state.put(own, stored)
-        index.add(prefix, own, ts, record_id)
+            # Partners: the other side's records of this join key within the window.
+            if left:
+                other = _RECORD_RIGHT + joined
+                lo, hi = ts - before, ts + after
+            else:
+                other = _RECORD_LEFT + joined
+                lo, hi = ts - after, ts + before
+            held = by_prefix.get(other)
+            found = (
+                held[bisect_left(held, other + _pack_time(lo + _BIAS)) : bisect_left(
+                    held, other + _pack_time(hi + 1 + _BIAS)
+                )]
+                if held
+                else None
+            )
+            if found:
+                at = len(other)
+                tracked = other_tracked[side]
+                for partner_key in found:
+                    partner = get(partner_key)
+                    if partner is None:  # the index and the state disagree: a bug, not bad input
+                        raise RuntimeError(f"join state lost record {partner_key!r} its index holds")
+                    partner_ts = _unpack_time(partner_key, at)[0] - _BIAS
+                    later = ts if ts > partner_ts else partner_ts
+                    if left:
+                        results.append(Match(key, value, partner[1:], later))
+                    else:
+                        results.append(Match(key, partner[1:], value, later))
+                    if tracked and partner[:1] == UNMATCHED_FLAG:
+                        partner = MATCHED_FLAG + partner[1:]
+                        changes[partner_key] = partner
+                        put(partner_key, partner)
+
+            # The record itself.
+            stored = (MATCHED_FLAG if found else UNMATCHED_FLAG) + value
+            changes[own] = stored
+            put(own, stored)
+            add(prefix, own, ts, record_id)
         return results
 
     # -- expiry and unmatched emission ------------------------------------

@@ -312,9 +312,7 @@ class JoinRunner:
                 continue
             await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
             join = state.active(partition).join
-            matches: list[Match] = []
-            for side, key, ts, record_id, value in items:
-                matches += join.process(side, key, ts, record_id, value)
+            matches = join.process_many(items)
             processed.append(partition)
             if matches:
                 latest.append(matches[-1].timestamp)
