@@ -163,6 +163,9 @@ class JoinRunner:
         self.partitions: int | None = None  # the inputs' partition count (start check)
         self.held_back: set[TP] = set()  # inputs of partitions being restored
         self.ahead: set[TP] = set()  # inputs read far ahead of their partner (Aligner.ahead)
+        # Records of those inputs fetched before the pause took effect, kept out of the
+        # aligner (in offset order) until their input is resumed: the pause is exact.
+        self.deferred: dict[TP, list[ConsumerRecord]] = {}
         self.read_next: dict[TP, int] = {}  # after the last record taken into a batch
         self.commit_at: dict[TP, int] = {}  # what Faust may commit
         self.feed = Feed()
@@ -296,11 +299,16 @@ class JoinRunner:
         assert state is not None
         letters: list[Letter] = []
         touched: set[int] = set()
-        for fetch in fetches:
+        resumed = self._resume_deferred()
+        for fetch in [resumed, *fetches]:
             for tp, records in fetch.items():
-                if tp.partition in state.ready and records:
-                    self._check(tp, records, letters)
-                    touched.add(tp.partition)
+                if tp.partition not in state.ready or not records:
+                    continue
+                if fetch is not resumed and (tp in self.ahead or tp in self.deferred):
+                    self.deferred.setdefault(tp, []).extend(records)  # after those deferred before
+                    continue
+                self._check(tp, records, letters)
+                touched.add(tp.partition)
         processed: list[int] = []
         latest: list[int] = []  # event time of each partition's last result (the latency histogram)
         feed: list[tuple[int, Match]] = []
@@ -414,6 +422,27 @@ class JoinRunner:
                 ends[topic] = None
             starts[topic] = committed.get(tp)
         return self.aligner.release(partition, ends, starts)
+
+    def _resume_deferred(self) -> dict[TP, list[ConsumerRecord]]:
+        """Deferred records of inputs no longer paused, oldest first, to be taken before anything
+        fetched after them: per partition up to what fills half the aligner's cap (at least a
+        batch, so that an input holding the release back always moves on); the rest stays
+        deferred (hours of backlog can be in flight: all of it at once would hit the cap)."""
+        resumed: dict[TP, list[ConsumerRecord]] = {}
+        room: dict[int, int] = {}
+        half, batch = self.aligner.max_held // 2, self.runtime.settings.batch_max_records
+        for tp in [tp for tp in self.deferred if tp not in self.ahead]:
+            if tp.partition not in room:
+                room[tp.partition] = max(half - self.aligner.held(tp.partition), batch)
+            take, records = room[tp.partition], self.deferred[tp]
+            if take <= 0:
+                continue
+            if take >= len(records):
+                resumed[tp] = self.deferred.pop(tp)
+            else:
+                resumed[tp], self.deferred[tp] = records[:take], records[take:]
+            room[tp.partition] -= len(resumed[tp])
+        return resumed
 
     def _note_ahead(self) -> None:
         """Stop fetching the inputs the aligner holds too much of, until their partner catches
@@ -555,6 +584,7 @@ class JoinRunner:
         moves = await self.state.assign(active, standby, warmup or ())
         for partition in set(self.aligner.holding()) - active:
             self.aligner.drop_partition(partition)
+        self.deferred = {}  # (emptied by the quiesce before) read again from the rewind below
         for tp in [tp for tp in self.read_next if tp.partition not in active]:
             self.read_next.pop(tp, None)
             self.commit_at.pop(tp, None)
@@ -644,6 +674,8 @@ class JoinRunner:
             self._leftover.clear()
             while not self._queue.empty():
                 queued.append(self._queue.get_nowait())
+            queued.append(self.deferred)
+            self.deferred = {}
             for fetch in queued:
                 for tp, records in fetch.items():
                     if records:

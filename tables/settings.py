@@ -19,12 +19,14 @@ worker raises the threshold when it starts (never lowers one the app set higher)
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
 ENV_PREFIX = "TANDEM_"
 _ENV_NAMES = {"data_dir": "TANDEM_JOIN_DIR"}
 
@@ -45,6 +47,12 @@ class RuntimeSettings:
         for name in ("align_max_wait_ms", "align_max_held", "batch_max_records", "restore_stall_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive, not {getattr(self, name)}")
+        if self.align_max_held < 4 * self.batch_max_records:
+            log.warning(
+                "%sALIGN_MAX_HELD=%s is below four batches (%sBATCH_MAX_RECORDS=%s): a backlog may "
+                "fill it and force records out of event-time order (docs/operations.md)",
+                ENV_PREFIX, self.align_max_held, ENV_PREFIX, self.batch_max_records,
+            )  # fmt: skip
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> RuntimeSettings:

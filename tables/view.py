@@ -86,6 +86,10 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
         "dead_letters_by_category": {c: n for c, n in stats.dead_letters.items() if n},
         "held": runner.aligner.held(),
         "forced": runner.aligner.forced,
+        # Inputs not read for now (far ahead of their partner in event time) and what was
+        # fetched of them before the pause, kept aside until they are resumed.
+        "paused": sorted(f"{tp.topic}:{tp.partition}" for tp in runner.ahead),
+        "deferred": sum(map(len, runner.deferred.values())),
         "late": sum(j.late for j in operators),
         "duplicates": sum(j.duplicates for j in operators),
         "handler_restarts": stats.handler_restarts,
@@ -236,6 +240,7 @@ def render_html(view: dict[str, Any]) -> str:
                 f"{j['late']} / {j['duplicates']} / {sum(j['null_values'].values())}",
             ],
             ["held for event-time order", j["held"]],
+            ["paused (ahead in event time)", ", ".join(j["paused"]) or "none"],
             ["last rebalance: kept", rebalance["kept"]],
             ["last rebalance: moved warm", rebalance["moved_warm"]],
             ["last rebalance: moved cold", rebalance["moved_cold"]],

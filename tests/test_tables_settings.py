@@ -47,3 +47,14 @@ def test_a_higher_threshold_set_by_the_app_is_kept_and_zero_changes_nothing(gc_s
     gc.set_threshold(700, 10, 10)
     raise_gc_threshold(0)
     assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_an_alignment_cap_below_four_batches_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="tables.settings"):
+        RuntimeSettings.from_env({"TANDEM_ALIGN_MAX_HELD": "16000", "TANDEM_BATCH_MAX_RECORDS": "4000"})
+        assert not caplog.records
+        RuntimeSettings.from_env({"TANDEM_ALIGN_MAX_HELD": "15999"})
+    assert [r.getMessage() for r in caplog.records] == [
+        "TANDEM_ALIGN_MAX_HELD=15999 is below four batches (TANDEM_BATCH_MAX_RECORDS=4000): a backlog may "
+        "fill it and force records out of event-time order (docs/operations.md)"
+    ]
