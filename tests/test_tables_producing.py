@@ -142,7 +142,8 @@ def test_the_startup_check_refuses_a_batch_builder_fill_batch_was_not_written_fo
     assert batch_problems() == []
     faust_internals.check()  # the pinned versions: starts
     assert batch_problems(_RenamedOffset) == ["_RenamedOffset._relative_offset is missing"]
-    assert batch_problems(_HeadersAdded) == ["_HeadersAdded: fill_batch builds other bytes than _HeadersAdded.append"]
+    differs = "_HeadersAdded: fill_batch builds other bytes than _HeadersAdded.append"
+    assert batch_problems(_HeadersAdded) == [differs]
 
 
 async def _read_back(bootstrap: str, topic: str, count: int) -> list[Any]:
