@@ -578,6 +578,7 @@ _BATCH_ATTRIBUTES = ("_builder", "_relative_offset", "_closed", "_key_serializer
 _PROBE: list[Triple] = [(b"k", b"v" * 8, [("h", b"1")]), (None, b"w" * 8, ()), (b"k", None, [("h", None)])]
 _PROBE_SIZE = 100
 _PROBE_MS = 1_700_000_000_000
+_NO_HEADERS: list[Any] = []  # for records without headers (the builder only reads it)
 
 
 def fill_batch(
@@ -635,7 +636,7 @@ def _append_triples(
         for i in range(start, len(records)):
             key, value, own = records[i]
             if type(own) is not list:
-                own = list(own or ())
+                own = list(own) if own else _NO_HEADERS
             if append(offset, timestamp_ms, key, value, own) is None:
                 return False
             offset += 1
