@@ -594,7 +594,7 @@ def fill_batch(
     headers). The batch is byte for byte what `batch.append()` per record builds, and is
     closed, as append closes it, when a record does not fit; `timestamp_ms` None stamps
     each record with the time it is appended (as append does). What this saves is
-    append's Python wrapper: ~0.25 us per record (benchmarks/bench_producing.py)."""
+    append's Python wrapper: ~0.25-0.3 us per record (benchmarks/bench_producing.py)."""
     if batch._closed or start >= len(records):
         return 0
     if batch._key_serializer is not None or batch._value_serializer is not None:
