@@ -23,6 +23,8 @@ installed versions differ or an internal it relies on is gone.
 - `request_rejoin()`: asks the group coordinator for a rebalance (probing rebalances);
   the group join calls the assignor's `prepare_assignment()` (changelog end offsets)
   before the leader assigns, bounded in time.
+- `fill_batch()`: appends records to an aiokafka `BatchBuilder` through its record-batch
+  builder, without `BatchBuilder.append`'s Python wrapper per record (the same bytes).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import asyncio
 import importlib.metadata
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiokafka
@@ -39,6 +41,7 @@ import aiokafka.errors as errors
 import faust.streams
 from aiokafka.client import AIOKafkaClient
 from aiokafka.consumer import group_coordinator as gc
+from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.protocol.group import JoinGroupRequest
 from faust.events import Event
 from faust.exceptions import ImproperlyConfigured
@@ -87,6 +90,7 @@ def check() -> None:
     for owner, name in _INTERNALS:
         if not hasattr(owner, name):
             problems.append(f"{getattr(owner, '__name__', owner)}.{name} is missing")
+    problems += batch_problems()
     if problems:
         raise IncompatibleInternals(
             "Tandem cannot start: " + "; ".join(problems) + f". Install {PINNED} (see pyproject.toml)."
@@ -560,3 +564,121 @@ def wake_wait_empty(app: AppT) -> None:
     from mode.utils.futures import notify
 
     notify(app.consumer._waiting_for_ack)  # type: ignore[attr-defined]
+
+
+# -- record batches ---------------------------------------------------------------------------
+
+RecordHeaders = Sequence[tuple[str, bytes | None]]
+Pair = tuple[bytes | None, bytes | None]
+Triple = tuple[bytes | None, bytes | None, RecordHeaders]
+
+# BatchBuilder's instance attributes fill_batch reads or sets (not on the class: set in __init__).
+_BATCH_ATTRIBUTES = ("_builder", "_relative_offset", "_closed", "_key_serializer", "_value_serializer")
+# A probe for check(): in a batch of _PROBE_SIZE bytes, the last record does not fit.
+_PROBE: list[Triple] = [(b"k", b"v" * 8, [("h", b"1")]), (None, b"w" * 8, ()), (b"k", None, [("h", None)])]
+_PROBE_SIZE = 100
+_PROBE_MS = 1_700_000_000_000
+_NO_HEADERS: list[Any] = []  # for records without headers (the builder only reads it)
+
+
+def fill_batch(
+    batch: BatchBuilder,
+    records: Sequence[Pair] | Sequence[Triple],
+    headers: RecordHeaders = (),
+    start: int = 0,
+    timestamp_ms: int | None = None,
+) -> int:
+    """Append `records[start:]` to `batch` until it is full; return how many went in.
+
+    Records are all (key, value), each with `headers`, or all (key, value, its own
+    headers). The batch is byte for byte what `batch.append()` per record builds, and is
+    closed, as append closes it, when a record does not fit; `timestamp_ms` None stamps
+    each record with the time it is appended (as append does). What this saves is
+    append's Python wrapper: ~0.25-0.3 us per record (benchmarks/bench_producing.py)."""
+    if batch._closed or start >= len(records):
+        return 0
+    if batch._key_serializer is not None or batch._value_serializer is not None:
+        return _fill_by_append(batch, records, headers, start, timestamp_ms)
+    before = batch._relative_offset
+    if len(records[start]) == 2:
+        fitted = _append_pairs(batch, records, list(headers), start, timestamp_ms)  # type: ignore[arg-type]
+    else:
+        fitted = _append_triples(batch, records, start, timestamp_ms)  # type: ignore[arg-type]
+    if not fitted:
+        batch.close()
+    return int(batch._relative_offset - before)
+
+
+def _append_pairs(
+    batch: BatchBuilder, records: Sequence[Pair], on_each: list[Any], start: int, timestamp_ms: int | None
+) -> bool:
+    """Whether all of records[start:] went in; the batch's record count follows every append."""
+    append = batch._builder.append
+    offset = batch._relative_offset
+    try:
+        for i in range(start, len(records)):
+            key, value = records[i]
+            if append(offset, timestamp_ms, key, value, on_each) is None:
+                return False
+            offset += 1
+        return True
+    finally:
+        batch._relative_offset = offset
+
+
+def _append_triples(
+    batch: BatchBuilder, records: Sequence[Triple], start: int, timestamp_ms: int | None
+) -> bool:
+    """As _append_pairs, each record with its own headers (the builder takes only a list)."""
+    append = batch._builder.append
+    offset = batch._relative_offset
+    try:
+        for i in range(start, len(records)):
+            key, value, own = records[i]
+            if type(own) is not list:
+                own = list(own) if own else _NO_HEADERS
+            if append(offset, timestamp_ms, key, value, own) is None:
+                return False
+            offset += 1
+        return True
+    finally:
+        batch._relative_offset = offset
+
+
+def _fill_by_append(
+    batch: BatchBuilder,
+    records: Sequence[Pair] | Sequence[Triple],
+    headers: RecordHeaders,
+    start: int,
+    timestamp_ms: int | None,
+) -> int:
+    """The public path, for a producer with serializers (Faust's has none)."""
+    on_each = list(headers)
+    for i in range(start, len(records)):
+        record = records[i]
+        own = list(record[2] or ()) if len(record) > 2 else on_each  # type: ignore[misc]
+        if batch.append(key=record[0], value=record[1], timestamp=timestamp_ms, headers=own) is None:
+            return i - start
+    return len(records) - start
+
+
+def batch_problems(builder_type: type[BatchBuilder] = BatchBuilder) -> list[str]:
+    """What fill_batch needs of aiokafka's BatchBuilder and is missing, or a probe batch
+    it fills differing from the same records appended one by one."""
+    name = builder_type.__name__
+    filled, appended = builder_type(_PROBE_SIZE, 0), builder_type(_PROBE_SIZE, 0)
+    missing = [attribute for attribute in _BATCH_ATTRIBUTES if not hasattr(filled, attribute)]
+    if missing:
+        return [f"{name}.{attribute} is missing" for attribute in missing]
+    for key, value, own in _PROBE:
+        appended.append(key=key, value=value, timestamp=_PROBE_MS, headers=list(own))
+    try:
+        fill_batch(filled, _PROBE, timestamp_ms=_PROBE_MS)
+        same = (filled.record_count(), filled.closed(), filled._builder.build()) == (
+            appended.record_count(),
+            appended.closed(),
+            appended._builder.build(),
+        )
+    except Exception as error:  # e.g. the record-batch builder's append changed its arguments
+        return [f"{name}: fill_batch fails ({error!r})"]
+    return [] if same else [f"{name}: fill_batch builds other bytes than {name}.append"]

@@ -10,6 +10,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.producer.message_accumulator import BatchBuilder
 
+from assignor import faust_internals
+
 Headers = Sequence[tuple[str, bytes]]
 
 
@@ -39,27 +41,23 @@ async def start_sending(
     headers: Headers = (),
 ) -> list[tuple[object, int]]:
     """Hand records to the producer as whole record batches (far cheaper than one send()
-    each) and return (ack future, records in its batch) pairs to await. A record is
-    (key, value), with `headers`, or (key, value, its own headers).
+    each) and return (ack future, records in its batch) pairs to await. The records are
+    all (key, value), each with `headers`, or all (key, value, its own headers).
 
     Each batch is closed before it is handed over: a closed batch is sent at once, an
     open one would wait out the producer's `linger_ms` first."""
     if not records:
         return []
     batches: list[tuple[BatchBuilder, int]] = []
-    batch = producer.create_batch()
-    append = batch.append
-    on_each = list(headers)
-    for record in records:
-        key, value = record[0], record[1]
-        own = list(record[2]) if len(record) > 2 else on_each  # type: ignore[misc]
-        if append(key=key, value=value, timestamp=None, headers=own) is None:
-            batches.append((batch, batch.record_count()))
-            batch = producer.create_batch()
-            append = batch.append
-            if append(key=key, value=value, timestamp=None, headers=own) is None:
-                raise ValueError(f"a record of {len(value or b'')} bytes does not fit in a batch of {topic}")
-    batches.append((batch, batch.record_count()))
+    done = 0
+    while done < len(records):
+        batch = producer.create_batch()
+        count = faust_internals.fill_batch(batch, records, headers, start=done)
+        if count == 0:
+            value = records[done][1]
+            raise ValueError(f"a record of {len(value or b'')} bytes does not fit in a batch of {topic}")
+        batches.append((batch, count))
+        done += count
     sent = []
     for b, n in batches:
         b.close()
