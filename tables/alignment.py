@@ -55,10 +55,15 @@ MAX_WAIT_UNHEARD_S = 60.0
 # come and go) beyond this many, an input's list of held offsets is rebuilt: it stays
 # within about twice what is held.
 COMPACT_AT = 1024
-# A batch of at least 1/SORT_BATCH_AT of what is held is merged in by a sort (two sorted
-# runs, the held and the batch of one topic, nearly in time order: about linear, and the
-# next release finds them sorted); a smaller one is pushed onto the heap record by record.
-SORT_BATCH_AT = 8
+# A batch of at least 1/SORT_BATCH_AT of what is held is merged in by a sort (the held
+# records mostly sorted already, the batch of one topic nearly in time order: about linear);
+# a smaller one is pushed onto the heap record by record: sorting every held record for a
+# few new ones would cost more. A release from an unsorted heap sorts it if 1/SORT_DUE_AT
+# of it or more looks due (judged by timestamps, between the lowest and the highest held),
+# else pops the due records one by one. Both tuned with benchmarks/bench_aligner.py
+# (--batch 300 to 4000); the results hardly depend on SORT_DUE_AT.
+SORT_BATCH_AT = 16
+SORT_DUE_AT = 4
 
 
 @dataclass
@@ -129,9 +134,11 @@ class _Input:
 @dataclass
 class _Partition(Generic[Item]):
     # heap of (ts, arrival, topic, offset, item): of plain values, so that the collector
-    # stops tracking an entry (a backlog holds tens of thousands). Often sorted (a sorted
-    # list is a heap): after a release, after a large batch.
+    # stops tracking an entry (a backlog holds tens of thousands).
     held: list[tuple[int, int, str, int, Item]] = field(default_factory=list)
+    # `held` is sorted (a sorted list is a heap too): the due records are a prefix, cut
+    # without a sort. Kept by releases and large batches, lost to pushes.
+    in_order: bool = True
     inputs: dict[str, _Input] = field(default_factory=dict)
     ahead: frozenset[str] = frozenset()  # inputs not to read for now (see Aligner.ahead)
     # The highest timestamp held (-inf: none; the highest entry leaves the heap only with
@@ -165,8 +172,11 @@ class Aligner(Generic[Item]):
         source.highest_ts = ts if source.highest_ts is None else max(source.highest_ts, ts)
         source.hold(offset)
         state = self._partitions[partition]
-        heapq.heappush(state.held, (ts, self._next_arrival, topic, offset, item))
+        entry, held = (ts, self._next_arrival, topic, offset, item), state.held
         self._next_arrival += 1
+        if state.in_order and held and entry < held[-1]:
+            state.in_order = False
+        heapq.heappush(held, entry)
         if ts > state.highest:
             state.highest = ts
 
@@ -205,7 +215,9 @@ class Aligner(Generic[Item]):
         if SORT_BATCH_AT * count >= len(held):
             held.extend(entries)
             held.sort()
+            state.in_order = True
         else:
+            state.in_order = False
             push = heapq.heappush
             for entry in entries:
                 push(held, entry)
@@ -251,7 +263,7 @@ class Aligner(Generic[Item]):
         held.sort()
         out = list(map(_ITEM, held))
         held.clear()
-        state.highest = -_INF
+        state.highest, state.in_order = -_INF, True
         for source in state.inputs.values():
             source.clear_held()
         return out
@@ -259,19 +271,29 @@ class Aligner(Generic[Item]):
     def _release_some(self, state: _Partition[Item], limit: float) -> list[Item]:
         """The held records with ts <= limit, then the oldest past the cap (forced), in
         (ts, arrival) order; each counted in its input's `gone` (first_held needs them)."""
-        held = state.held
-        held.sort()  # a sorted list is a heap too: later pushes keep working
-        due = bisect_right(held, limit, key=_TS)
-        count = max(due, len(held) - self.max_held)
-        self.forced += count - due
-        released = held[:count]
-        del held[:count]
+        held, max_held = state.held, self.max_held
+        if not state.in_order and SORT_DUE_AT * (limit - held[0][0]) >= state.highest - held[0][0]:
+            held.sort()
+            state.in_order = True
+        if state.in_order:
+            due = bisect_right(held, limit, key=_TS)
+            count = max(due, len(held) - max_held)
+            self.forced += count - due
+            released = held[:count]
+            del held[:count]
+        else:
+            released, pop = [], heapq.heappop
+            while held and held[0][0] <= limit:
+                released.append(pop(held))
+            while len(held) > max_held:
+                released.append(pop(held))
+                self.forced += 1
         inputs = state.inputs
         for _, _, topic, offset, _ in released:
             gone = inputs[topic].gone
             gone[offset] = gone.get(offset, 0) + 1
         if not held:  # a cap of 0
-            state.highest = -_INF
+            state.highest, state.in_order = -_INF, True
             for source in inputs.values():
                 source.clear_held()
         return list(map(_ITEM, released))

@@ -231,19 +231,23 @@ def test_first_held_is_the_lowest_offset_still_held(
 # step adds a batch of one topic partition (one by one or by add_many, some records
 # dead-lettered, maybe read again from a little back), releases a partition, lets time
 # pass, asks for the first held offsets, drops a partition or forgets everything.
-_PARTITION = st.sampled_from([0, 0, 0, 1])  # mostly one: more held, more released
+# Weighted towards more held and more released: mostly one partition, few dead letters,
+# ends mostly ahead of what was read (more to come: held back).
+_PARTITION = st.sampled_from([0, 0, 0, 1])
+_DEAD = st.sampled_from([False, False, False, True])
+_END = st.sampled_from([-1, 0, 1, 1, 2, 2])  # end: next offset + this; -1 unknown
 _batch = st.tuples(
     st.just("read"),
     _PARTITION,
     st.sampled_from([IMP, CLK]),
-    st.lists(st.tuples(st.integers(0, 40), st.booleans()), min_size=1, max_size=10),  # ts, dead letter
+    st.lists(st.tuples(st.integers(0, 40), _DEAD), min_size=1, max_size=10),  # ts, dead letter
     st.booleans(),  # add/skip one by one instead of add_many
     st.integers(-3, 0),  # first offset: the next one to read, or a little before (a seek back)
 )
 _release = st.tuples(
     st.just("release"),
     _PARTITION,
-    st.tuples(st.integers(-1, 2), st.integers(-1, 2)),  # end: next offset + this; -1 unknown
+    st.tuples(_END, _END),
     st.tuples(st.integers(-1, 2), st.integers(-1, 2)),  # start; -1 unknown
 )
 _STEPS = {
@@ -263,21 +267,33 @@ _steps = st.lists(st.sampled_from(_KINDS).flatmap(_STEPS.__getitem__), min_size=
 _CAPS = st.sampled_from([0, 1, 3, 6, 10, 50_000, 50_000])  # max_held: the cap forces records out, or not
 
 
+# Thresholds of tables/alignment.py: defaults, and extremes that force each way (rebuild
+# the held offsets at once or late; merge batches by a sort or push them; release by a
+# sort or by pops).
+_TUNINGS = st.fixed_dictionaries({
+    "COMPACT_AT": st.sampled_from([1, 3, 1024]),
+    "SORT_BATCH_AT": st.sampled_from([0, alignment.SORT_BATCH_AT, 10**9]),
+    "SORT_DUE_AT": st.sampled_from([10**9, alignment.SORT_DUE_AT, 0]),
+})  # fmt: skip
+
+
 @settings(max_examples=500, deadline=None)
-@given(_steps, _CAPS, st.booleans(), st.sampled_from([1, 3, 1024]))
+@given(_steps, _CAPS, st.booleans(), _TUNINGS)
 def test_the_sorted_release_does_what_the_heap_release_did(
-    steps: list[tuple[Any, ...]], max_held: int, eager: bool, compact_at: int
+    steps: list[tuple[Any, ...]], max_held: int, eager: bool, tunings: dict[str, int]
 ) -> None:
     """Same records released in the same order, same `forced`, `ahead()` and first held
     offsets (also against the held records themselves: committing past one loses it).
     `eager`: first held offsets asked after every step, else only now and then, so that
-    released offsets pile up behind a held one (as between two commits); `compact_at`:
-    those are rebuilt that early too."""
-    default, alignment.COMPACT_AT = alignment.COMPACT_AT, compact_at
+    released offsets pile up behind a held one (as between two commits)."""
+    defaults = {name: getattr(alignment, name) for name in tunings}
     try:
+        for name, value in tunings.items():
+            setattr(alignment, name, value)
         run_against_heap_aligner(steps, max_held, eager)
     finally:
-        alignment.COMPACT_AT = default
+        for name, value in defaults.items():
+            setattr(alignment, name, value)
 
 
 Record = tuple[int, str, int, int]  # partition, topic, offset, serial (an offset may be read twice)
