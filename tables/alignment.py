@@ -32,13 +32,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from bisect import insort
+from bisect import bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
 _INF = float("inf")
+_TS, _ITEM = itemgetter(0), itemgetter(4)  # of a held entry
 
 DEFAULT_MAX_WAIT_S = 2.0
 DEFAULT_MAX_HELD = 50_000
@@ -52,6 +55,15 @@ MAX_WAIT_UNHEARD_S = 60.0
 # come and go) beyond this many, an input's list of held offsets is rebuilt: it stays
 # within about twice what is held.
 COMPACT_AT = 1024
+# A batch of at least 1/SORT_BATCH_AT of what is held is merged in by a sort (the held
+# records mostly sorted already, the batch of one topic nearly in time order: about linear);
+# a smaller one is pushed onto the heap record by record: sorting every held record for a
+# few new ones would cost more. A release from an unsorted heap sorts it if 1/SORT_DUE_AT
+# of it or more looks due (judged by timestamps, between the lowest and the highest held),
+# else pops the due records one by one. Both tuned with benchmarks/bench_aligner.py
+# (--batch 300 to 4000); the results hardly depend on SORT_DUE_AT.
+SORT_BATCH_AT = 16
+SORT_DUE_AT = 4
 
 
 @dataclass
@@ -122,10 +134,16 @@ class _Input:
 @dataclass
 class _Partition(Generic[Item]):
     # heap of (ts, arrival, topic, offset, item): of plain values, so that the collector
-    # stops tracking an entry (a backlog holds tens of thousands)
+    # stops tracking an entry (a backlog holds tens of thousands).
     held: list[tuple[int, int, str, int, Item]] = field(default_factory=list)
+    # `held` is sorted (a sorted list is a heap too): the due records are a prefix, cut
+    # without a sort. Kept by releases and large batches, lost to pushes.
+    in_order: bool = True
     inputs: dict[str, _Input] = field(default_factory=dict)
     ahead: frozenset[str] = frozenset()  # inputs not to read for now (see Aligner.ahead)
+    # The highest timestamp held (-inf: none; the highest entry leaves the heap only with
+    # all the others): when it is due, so is every held record.
+    highest: float = -_INF
 
 
 class Aligner(Generic[Item]):
@@ -146,14 +164,21 @@ class Aligner(Generic[Item]):
         self.clock = clock
         self.forced = 0  # records released before their turn (past the cap)
         self._partitions: dict[int, _Partition[Item]] = {}
-        self._arrivals = itertools.count()
+        self._next_arrival = 0  # (ts, arrival) orders held records totally
 
     def add(self, partition: int, topic: str, offset: int, ts: int, item: Item) -> None:
         """A record to join, held until its turn."""
         source = self._read(partition, topic, offset)
         source.highest_ts = ts if source.highest_ts is None else max(source.highest_ts, ts)
         source.hold(offset)
-        heapq.heappush(self._partitions[partition].held, (ts, next(self._arrivals), topic, offset, item))
+        state = self._partitions[partition]
+        entry, held = (ts, self._next_arrival, topic, offset, item), state.held
+        self._next_arrival += 1
+        if state.in_order and held and entry < held[-1]:
+            state.in_order = False
+        heapq.heappush(held, entry)
+        if ts > state.highest:
+            state.highest = ts
 
     def add_many(
         self,
@@ -179,16 +204,20 @@ class Aligner(Generic[Item]):
         else:
             for offset in offsets:
                 source.hold(offset)
-        held, arrivals = self._partitions[partition].held, self._arrivals
-        entries = [
-            (ts, next(arrivals), topic, offset, item)
-            for ts, offset, item in zip(timestamps, offsets, items, strict=True)
-        ]
+        state = self._partitions[partition]
+        if highest > state.highest:
+            state.highest = highest
+        held, count, first = state.held, len(offsets), self._next_arrival
+        self._next_arrival += count
+        entries = list(zip(timestamps, range(first, first + count), repeat(topic, count), offsets, items,
+                           strict=True))  # fmt: skip
         # (ts, arrival) orders the entries totally: the heap's layout never changes what is popped.
-        if len(entries) > len(held):
+        if SORT_BATCH_AT * count >= len(held):
             held.extend(entries)
-            heapq.heapify(held)
+            held.sort()
+            state.in_order = True
         else:
+            state.in_order = False
             push = heapq.heappush
             for entry in entries:
                 push(held, entry)
@@ -221,24 +250,53 @@ class Aligner(Generic[Item]):
         if held[0][0] > limit and len(held) <= max_held:
             self._note_ahead(state, bounds, limit)
             return []  # the common case on a backlog: waiting for the other input
-        out: list[Item] = []
-        pop, inputs = heapq.heappop, state.inputs
-        while held and held[0][0] <= limit:
-            entry = pop(held)
-            out.append(entry[4])
-            gone = inputs[entry[2]].gone
-            gone[entry[3]] = gone.get(entry[3], 0) + 1
-        while len(held) > max_held:
-            entry = pop(held)  # past the cap: released before its turn
-            self.forced += 1
-            out.append(entry[4])
-            gone = inputs[entry[2]].gone
-            gone[entry[3]] = gone.get(entry[3], 0) + 1
-        if not held:
-            for source in inputs.values():
-                source.clear_held()
+        # All due (live traffic, a caught-up batch), or the oldest only.
+        out = self._release_all(state) if state.highest <= limit else self._release_some(state, limit)
         self._note_ahead(state, bounds, limit)
         return out
+
+    @staticmethod
+    def _release_all(state: _Partition[Item]) -> list[Item]:
+        """Every held record, in (ts, arrival) order (as heappop gives them); nothing held
+        any more, so no released offset needs counting."""
+        held = state.held
+        held.sort()
+        out = list(map(_ITEM, held))
+        held.clear()
+        state.highest, state.in_order = -_INF, True
+        for source in state.inputs.values():
+            source.clear_held()
+        return out
+
+    def _release_some(self, state: _Partition[Item], limit: float) -> list[Item]:
+        """The held records with ts <= limit, then the oldest past the cap (forced), in
+        (ts, arrival) order; each counted in its input's `gone` (first_held needs them)."""
+        held, max_held = state.held, self.max_held
+        if not state.in_order and SORT_DUE_AT * (limit - held[0][0]) >= state.highest - held[0][0]:
+            held.sort()
+            state.in_order = True
+        if state.in_order:
+            due = bisect_right(held, limit, key=_TS)
+            count = max(due, len(held) - max_held)
+            self.forced += count - due
+            released = held[:count]
+            del held[:count]
+        else:
+            released, pop = [], heapq.heappop
+            while held and held[0][0] <= limit:
+                released.append(pop(held))
+            while len(held) > max_held:
+                released.append(pop(held))
+                self.forced += 1
+        inputs = state.inputs
+        for _, _, topic, offset, _ in released:
+            gone = inputs[topic].gone
+            gone[offset] = gone.get(offset, 0) + 1
+        if not held:  # a cap of 0
+            state.highest, state.in_order = -_INF, True
+            for source in inputs.values():
+                source.clear_held()
+        return list(map(_ITEM, released))
 
     def _note_ahead(self, state: _Partition[Item], bounds: Mapping[str, float], limit: float) -> None:
         if 2 * len(state.held) < self.max_held:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tables import alignment
 from tables.alignment import Aligner
+from tests.heap_aligner import HeapAligner
 
 IMP, CLK = "impressions", "clicks"
 
@@ -222,3 +225,147 @@ def test_first_held_is_the_lowest_offset_still_held(
             for t, o in a.release(0, {IMP: offsets[IMP] + rng.randint(0, 1), CLK: offsets[CLK] + 1}):  # type: ignore[misc]
                 held[t].remove(o)
         assert a.first_held(0) == {t: min(os) for t, os in held.items() if os}
+
+
+# The sorted release against the heap-pop release it replaced (tests/heap_aligner.py): one
+# step adds a batch of one topic partition (one by one or by add_many, some records
+# dead-lettered, maybe read again from a little back), releases a partition, lets time
+# pass, asks for the first held offsets, drops a partition or forgets everything.
+# Weighted towards more held and more released: mostly one partition, few dead letters,
+# ends mostly ahead of what was read (more to come: held back).
+_PARTITION = st.sampled_from([0, 0, 0, 1])
+_DEAD = st.sampled_from([False, False, False, True])
+_END = st.sampled_from([-1, 0, 1, 1, 2, 2])  # end: next offset + this; -1 unknown
+_batch = st.tuples(
+    st.just("read"),
+    _PARTITION,
+    st.sampled_from([IMP, CLK]),
+    st.lists(st.tuples(st.integers(0, 40), _DEAD), min_size=1, max_size=10),  # ts, dead letter
+    st.booleans(),  # add/skip one by one instead of add_many
+    st.integers(-3, 0),  # first offset: the next one to read, or a little before (a seek back)
+)
+_release = st.tuples(
+    st.just("release"),
+    _PARTITION,
+    st.tuples(_END, _END),
+    st.tuples(st.integers(-1, 2), st.integers(-1, 2)),  # start; -1 unknown
+)
+_STEPS = {
+    "read": _batch,
+    "release": _release,
+    "tick": st.tuples(st.just("tick"), st.sampled_from([0.0, 1.0, 2.0, 61.0])),
+    "first_held": st.tuples(st.just("first_held"), st.integers(0, 1)),
+    "drop": st.tuples(st.just("drop"), st.integers(0, 1)),
+    "forget": st.tuples(st.just("forget")),
+}
+# Mostly reads and releases (one_of would draw each kind alike: drops and forgets would
+# empty the aligners before much is held).
+_KINDS = ["read"] * 4 + ["release"] * 3 + ["tick", "first_held", "drop", "forget"]
+_steps = st.lists(st.sampled_from(_KINDS).flatmap(_STEPS.__getitem__), min_size=5, max_size=60)
+
+
+_CAPS = st.sampled_from([0, 1, 3, 6, 10, 50_000, 50_000])  # max_held: the cap forces records out, or not
+
+
+# Thresholds of tables/alignment.py: defaults, and extremes that force each way (rebuild
+# the held offsets at once or late; merge batches by a sort or push them; release by a
+# sort or by pops).
+_TUNINGS = st.fixed_dictionaries({
+    "COMPACT_AT": st.sampled_from([1, 3, 1024]),
+    "SORT_BATCH_AT": st.sampled_from([0, alignment.SORT_BATCH_AT, 10**9]),
+    "SORT_DUE_AT": st.sampled_from([10**9, alignment.SORT_DUE_AT, 0]),
+})  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(_steps, _CAPS, st.booleans(), _TUNINGS)
+def test_the_sorted_release_does_what_the_heap_release_did(
+    steps: list[tuple[Any, ...]], max_held: int, eager: bool, tunings: dict[str, int]
+) -> None:
+    """Same records released in the same order, same `forced`, `ahead()` and first held
+    offsets (also against the held records themselves: committing past one loses it).
+    `eager`: first held offsets asked after every step, else only now and then, so that
+    released offsets pile up behind a held one (as between two commits)."""
+    defaults = {name: getattr(alignment, name) for name in tunings}
+    try:
+        for name, value in tunings.items():
+            setattr(alignment, name, value)
+        run_against_heap_aligner(steps, max_held, eager)
+    finally:
+        for name, value in defaults.items():
+            setattr(alignment, name, value)
+
+
+Record = tuple[int, str, int, int]  # partition, topic, offset, serial (an offset may be read twice)
+
+
+def run_against_heap_aligner(steps: list[tuple[Any, ...]], max_held: int, eager: bool) -> None:
+    clock = Clock()
+    new: Aligner[Record] = Aligner([IMP, CLK], 2.0, max_held, clock, 60.0)
+    old: HeapAligner[Record] = HeapAligner([IMP, CLK], max_wait_s=2.0, max_held=max_held, clock=clock,
+                                           max_wait_unheard_s=60.0)  # fmt: skip
+    held: list[Record] = []  # what should be held, whatever the order
+    next_offset: dict[tuple[int, str], int] = {}
+    for serial, step in enumerate(steps):
+        kind = step[0]
+        if kind == "read":
+            read_batch((new, old), held, next_offset, serial, step)
+        elif kind == "release":
+            _, partition, end_deltas, start_values = step
+            ends = {t: None if d < 0 else next_offset.get((partition, t), 0) + d
+                    for t, d in zip((IMP, CLK), end_deltas, strict=True)}  # fmt: skip
+            starts = {t: None if s < 0 else s for t, s in zip((IMP, CLK), start_values, strict=True)}
+            released = new.release(partition, ends, starts)
+            assert released == old.release(partition, ends, starts)
+            for record in released:
+                held.remove(record)
+        elif kind == "tick":
+            clock.now += step[1]
+        elif kind == "drop":
+            new.drop_partition(step[1])
+            old.drop_partition(step[1])
+            held[:] = [record for record in held if record[0] != step[1]]
+        elif kind == "forget":
+            assert sorted(new.forget()) == sorted(old.forget()) == sorted(held)
+            held.clear()
+        assert new.forced == old.forced and new.ahead() == old.ahead()
+        assert new.held() == old.held() == len(held) and new.holding() == old.holding()
+        if eager or kind == "first_held":
+            assert_first_held(new, old, held)
+    assert_first_held(new, old, held)
+
+
+def read_batch(
+    aligners: tuple[Aligner[Record], ...],
+    held: list[Record],
+    next_offset: dict[tuple[int, str], int],
+    serial: int,
+    step: tuple[Any, ...],
+) -> None:
+    """One fetch of a topic partition into each aligner (and `held`)."""
+    _, partition, topic, records, singly, back = step
+    first = max(0, next_offset.get((partition, topic), 0) + back)
+    offsets = list(range(first, first + len(records)))
+    next_offset[(partition, topic)] = max(next_offset.get((partition, topic), 0), offsets[-1] + 1)
+    kept = [(o, ts, (partition, topic, o, serial)) for o, (ts, dead) in zip(offsets, records, strict=True)
+            if not dead]  # fmt: skip
+    held.extend(record for _, _, record in kept)
+    for aligner in aligners:
+        if not singly:
+            aligner.add_many(partition, topic, [o for o, _, _ in kept], [ts for _, ts, _ in kept],
+                             [record for _, _, record in kept], offsets[-1])  # fmt: skip
+            continue
+        for o, (ts, dead) in zip(offsets, records, strict=True):
+            if dead:
+                aligner.skip(partition, topic, o)
+            else:
+                aligner.add(partition, topic, o, ts, (partition, topic, o, serial))
+
+
+def assert_first_held(new: Aligner[Record], old: Aligner[Record], held: list[Record]) -> None:
+    for partition in (0, 1):
+        lowest: dict[str, int] = {}
+        for p, topic, offset, _ in held:
+            if p == partition and offset < lowest.get(topic, offset + 1):
+                lowest[topic] = offset
+        assert new.first_held(partition) == old.first_held(partition) == lowest
