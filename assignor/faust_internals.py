@@ -25,6 +25,8 @@ installed versions differ or an internal it relies on is gone.
   before the leader assigns, bounded in time.
 - `fill_batch()`: appends records to an aiokafka `BatchBuilder` through its record-batch
   builder, without `BatchBuilder.append`'s Python wrapper per record (the same bytes).
+- `create_batch()`: an empty `BatchBuilder` as the producer makes them, but larger (the
+  join sends thousands of records at once; the producer's are sized for linger).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ _INTERNALS: list[tuple[Any, str]] = [
     (gc.CoordinatorGroupRebalance, "_on_join_leader"),
     (gc.GroupCoordinator, "request_rejoin"),
     (TableManager, "_recovery"),
+    (aiokafka.AIOKafkaProducer, "_COMPRESSORS"),
     (faust.streams, "_current_event"),
 ]
 
@@ -682,3 +685,32 @@ def batch_problems(builder_type: type[BatchBuilder] = BatchBuilder) -> list[str]
     except Exception as error:  # e.g. the record-batch builder's append changed its arguments
         return [f"{name}: fill_batch fails ({error!r})"]
     return [] if same else [f"{name}: fill_batch builds other bytes than {name}.append"]
+
+
+# The producer's instance attributes create_batch reads (set in its __init__).
+_PRODUCER_ATTRIBUTES = ("_compression_type", "_txn_manager", "_key_serializer", "_value_serializer")
+# Record batches of the join's own sends (changelog, results, dead letters): the producer's
+# own are `producer_max_batch_size` (16 KB by default), made for records trickling in under
+# linger_ms; the join hands over thousands at once, and 16 KB batches meant ~40 produce
+# requests per partition and batch, one after the other (docs/bench/worker.md). Within
+# Kafka's default 1 MB per batch (message.max.bytes).
+JOIN_BATCH_BYTES = 512 * 1024
+
+
+def producer_problems(producer: aiokafka.AIOKafkaProducer) -> list[str]:
+    """What create_batch needs of an aiokafka producer and is missing."""
+    missing = [name for name in _PRODUCER_ATTRIBUTES if not hasattr(producer, name)]
+    return [f"AIOKafkaProducer.{name} is missing" for name in missing]
+
+
+def create_batch(producer: aiokafka.AIOKafkaProducer, size: int = JOIN_BATCH_BYTES) -> BatchBuilder:
+    """An empty record batch of up to `size` bytes, with the producer's compression,
+    transactions and serializers, as `producer.create_batch()` makes one."""
+    txn, codec = producer._txn_manager, producer._compression_type
+    return BatchBuilder(
+        size,
+        producer._COMPRESSORS[codec][1] if codec else 0,  # the codec's attribute bits
+        is_transactional=txn is not None and txn.transactional_id is not None,
+        key_serializer=producer._key_serializer,
+        value_serializer=producer._value_serializer,
+    )

@@ -44,14 +44,15 @@ async def start_sending(
     each) and return (ack future, records in its batch) pairs to await. The records are
     all (key, value), each with `headers`, or all (key, value, its own headers).
 
-    Each batch is closed before it is handed over: a closed batch is sent at once, an
-    open one would wait out the producer's `linger_ms` first."""
+    Batches are up to 512 KB (faust_internals.create_batch), not the producer's 16 KB,
+    and each is closed before it is handed over: a closed batch is sent at once, an open
+    one would wait out the producer's `linger_ms` first."""
     if not records:
         return []
     batches: list[tuple[BatchBuilder, int]] = []
     done = 0
     while done < len(records):
-        batch = producer.create_batch()
+        batch = faust_internals.create_batch(producer)
         count = faust_internals.fill_batch(batch, records, headers, start=done)
         if count == 0:
             value = records[done][1]

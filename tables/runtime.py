@@ -876,6 +876,9 @@ class Runtime:
             check_data_dir(self.data_dir)
             self._lock = lock_data_dir(self.data_dir)
             raise_gc_threshold(self.settings.gc_threshold)
+        problems = faust_internals.producer_problems(faust_internals.producer_of(self.app))
+        if problems:
+            raise faust_internals.IncompatibleInternals("Tandem cannot start: " + "; ".join(problems))
         for runner in self.runners.values():
             runner.partitions = await prepare_topics(runner.spec, ",".join(bootstrap))
         self.refresh_offsets()

@@ -169,7 +169,7 @@ async def _send_and_read(bootstrap: str, topic: str) -> tuple[list[Any], list[An
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
-        pairs, triples = _pairs(3000), _triples(2000)
+        pairs, triples = _pairs(9000), _triples(2000)  # the pairs fill three 512 KB batches
         acks = await start_sending(producer, topic, 1, pairs, [("h", b"1")])
         counts = [n for _, n in acks]
         last = await send_records(producer, topic, 1, triples)
@@ -185,7 +185,26 @@ async def _send_and_read(bootstrap: str, topic: str) -> tuple[list[Any], list[An
 @pytest.mark.timeout(120)
 def test_start_sending_delivers_every_record_in_order_with_its_headers(broker: Any, unique: str) -> None:
     sent, counts, last, read = asyncio.run(_send_and_read(broker.bootstrap, f"produce-{unique}"))
-    assert len(counts) > 10 and sum(counts) == 3000  # several whole batches, each counted
+    assert len(counts) == 3 and sum(counts) == 9000  # whole batches of up to 512 KB, each counted
     assert last == len(sent) - 1
     assert [r.offset for r in read] == list(range(len(sent)))
     assert [(r.key, r.value, [(k, v) for k, v in r.headers]) for r in read] == sent
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_the_join_s_batches_are_the_producer_s_but_larger(compression: str | None) -> None:
+    """create_batch: the bytes producer.create_batch() would build (its codec), in batches of
+    up to JOIN_BATCH_BYTES instead of the producer's 16 KB."""
+
+    async def build() -> tuple[bytes, bytes, int]:
+        producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", compression_type=compression)
+        theirs, ours, records = producer.create_batch(), faust_internals.create_batch(producer), _pairs(40)
+        for batch in (theirs, ours):
+            assert fill_batch(batch, records, timestamp_ms=1_700_000_000_000) == 40
+        many = [(b"k" * 40, b"v" * 140)] * (faust_internals.JOIN_BATCH_BYTES // 200)  # ~200 bytes each
+        fitted = fill_batch(faust_internals.create_batch(producer), many)
+        return bytes(theirs._builder.build()), bytes(ours._builder.build()), fitted - len(many)
+
+    theirs, ours, left_out = asyncio.run(build())
+    assert ours == theirs
+    assert left_out == 0
