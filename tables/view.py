@@ -240,7 +240,7 @@ def render_html(view: dict[str, Any]) -> str:
                 f"{j['late']} / {j['duplicates']} / {sum(j['null_values'].values())}",
             ],
             ["held for event-time order", j["held"]],
-            ["paused (ahead in event time)", ", ".join(j["paused"]) or "none"],
+            ["paused (ahead in event time)", ", ".join(j.get("paused") or []) or "none"],
             ["last rebalance: kept", rebalance["kept"]],
             ["last rebalance: moved warm", rebalance["moved_warm"]],
             ["last rebalance: moved cold", rebalance["moved_cold"]],

@@ -123,6 +123,7 @@ def test_the_page_shows_every_join_readably() -> None:
                 "duplicates": 1,
                 "null_values": {"left": 0, "right": 0},
                 "held": 0,
+                "paused": ["clicks<1>:0"],
                 "last_rebalance": {
                     "kept": [],
                     "moved_warm": [0],
@@ -135,6 +136,7 @@ def test_the_page_shows_every_join_readably() -> None:
     }
     html = render_html(view)
     assert "moved warm" in html and "clicks&lt;1&gt;" in html and "undecodable: 2" in html
+    assert "clicks&lt;1&gt;:0" in html  # an input paused for event-time order
     assert "{" not in html.split("<style>")[0] + html.split("</style>")[1]  # no Python reprs
 
 
