@@ -107,23 +107,43 @@ class WindowIndex:
         """Remove and return the records due before stream time `now` (retained until
         before it), in (due time, key) order."""
         due, late = self.due, self.late_due
-        out: list[bytes] = []
+        if late:
+            out = self._pop_merged(now)
+        elif due and due[0][0] < now:  # the rule (records in event-time order): the queue alone
+            popleft = due.popleft
+            out = [popleft()[1]]
+            while due and due[0][0] < now:
+                out.append(popleft()[1])
+        else:
+            return []
         by_prefix, ids = self.by_prefix, self.ids
-        while True:
-            if due and due[0][0] < now and (not late or due[0] < late[0]):
-                record_key = due.popleft()[1]
-            elif late and late[0][0] < now:
-                record_key = heapq.heappop(late)[1]
-            else:
-                return out
-            out.append(record_key)
-            prefix = record_key[: _KEY_AT + _unpack_len(record_key, 2)[0]]
+        for record_key in out:
+            end = _KEY_AT + _unpack_len(record_key, 2)[0]
+            prefix = record_key[:end]
             held = by_prefix[prefix]
-            if held[0] == record_key:  # the oldest of its key, as a rule: due in time order
-                del held[0]
-            else:
+            if held[0] != record_key:  # the oldest of its key, as a rule: due in time order
                 held.remove(record_key)
+            elif len(held) == 1:
+                del by_prefix[prefix]
+                continue
+            else:
+                del held[0]
             if not held:
                 del by_prefix[prefix]
-            if ids is not None:
-                ids.discard(prefix + record_key[len(prefix) + 8 :])
+        if ids is not None:
+            for record_key in out:
+                end = _KEY_AT + _unpack_len(record_key, 2)[0]
+                ids.discard(record_key[:end] + record_key[end + 8 :])
+        return out
+
+    def _pop_merged(self, now: int) -> list[bytes]:
+        """The due records of both the queue and the heap, in (due time, key) order."""
+        due, late = self.due, self.late_due
+        out: list[bytes] = []
+        while True:
+            if due and due[0][0] < now and (not late or due[0] < late[0]):
+                out.append(due.popleft()[1])
+            elif late and late[0][0] < now:
+                out.append(heapq.heappop(late)[1])
+            else:
+                return out

@@ -98,6 +98,7 @@ _unpack_time = keys.TIME.unpack_from
 _pack_len = keys.LEN.pack
 _BIAS = keys.TIME_BIAS
 Event = tuple[Side, bytes, int, bytes, bytes]  # side, key, ts, record id, value
+_new = tuple.__new__  # Match(...) without its Python-level __new__ (once per result)
 # Counters kept with the state and its changelog.
 COUNTERS = ("late", "duplicates")
 
@@ -207,9 +208,9 @@ class WindowedJoin:
                     partner_ts = _unpack_time(partner_key, at)[0] - _BIAS
                     later = ts if ts > partner_ts else partner_ts
                     if left:
-                        results.append(Match(key, value, partner[1:], later))
+                        results.append(_new(Match, (key, value, partner[1:], later)))
                     else:
-                        results.append(Match(key, partner[1:], value, later))
+                        results.append(_new(Match, (key, partner[1:], value, later)))
                     if tracked and partner[:1] == UNMATCHED_FLAG:
                         partner = MATCHED_FLAG + partner[1:]
                         changes[partner_key] = partner
@@ -233,12 +234,16 @@ class WindowedJoin:
         results: list[Match] = []
         state = self.state
         tracked = self._tracked
-        for record_key in self.index.pop_due(self.stream_time):
-            if emit and tracked and BYTE_SIDE[record_key[1]] in tracked:
-                value = state.get(record_key)
-                if value is not None and value[:1] == UNMATCHED_FLAG:
-                    results.append(_unmatched(record_key, value))
-            state.expire(record_key)
+        due = self.index.pop_due(self.stream_time)
+        if emit and tracked:
+            for record_key in due:
+                if BYTE_SIDE[record_key[1]] in tracked:
+                    value = state.get(record_key)
+                    if value is not None and value[:1] == UNMATCHED_FLAG:
+                        results.append(_unmatched(record_key, value))
+        expire = state.expire
+        for record_key in due:
+            expire(record_key)
         return results
 
     # -- metadata: counters ------------------------------------------------
