@@ -45,7 +45,9 @@ pytestmark = [pytest.mark.broker, pytest.mark.timeout(150)]
 PARTITIONS = 4
 IMPRESSIONS = 8_000  # and about 4,800 clicks
 LARGE_IMPRESSIONS = 300_000  # ~480,000 records: many fetches per partition
-SMALL_MAX_HELD = 20_000  # per partition: a few fetches (the queue holds up to 8 taken from Faust)
+# Per partition: a few fetches (the queue holds up to 8 taken from Faust), with batches of 4,000.
+SMALL_MAX_HELD = 20_000
+SMALL_CAP_ENV = {"TANDEM_ALIGN_MAX_HELD": str(SMALL_MAX_HELD), "TANDEM_BATCH_MAX_RECORDS": "4000"}
 STRIDE = 20  # every 20th auction: impressions 200 ms apart, ~1,600 s of them
 CATCH_UP_S = 90.0  # to own every partition and process the whole backlog
 SETTLE_S = 2.0  # "results" unchanged this long at lag 0: nothing more is coming
@@ -184,7 +186,7 @@ def test_worker_started_on_a_backlog_drops_nothing_as_late(
         standby_replicas=0,
         partitions=PARTITIONS,
         topic_prefix=settings.topic_prefix,
-        extra_env={} if max_held is None else {"TANDEM_ALIGN_MAX_HELD": str(max_held)},
+        extra_env={} if max_held is None else SMALL_CAP_ENV,
     ).start()
     try:
         started = time.monotonic()

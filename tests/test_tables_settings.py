@@ -53,7 +53,7 @@ def test_an_alignment_cap_below_four_batches_is_warned_about(caplog: pytest.LogC
     with caplog.at_level("WARNING", logger="tables.settings"):
         RuntimeSettings.from_env({"TANDEM_ALIGN_MAX_HELD": "16000", "TANDEM_BATCH_MAX_RECORDS": "4000"})
         assert not caplog.records
-        RuntimeSettings.from_env({"TANDEM_ALIGN_MAX_HELD": "15999"})
+        RuntimeSettings.from_env({"TANDEM_ALIGN_MAX_HELD": "15999", "TANDEM_BATCH_MAX_RECORDS": "4000"})
     assert [r.getMessage() for r in caplog.records] == [
         "TANDEM_ALIGN_MAX_HELD=15999 is below four batches (TANDEM_BATCH_MAX_RECORDS=4000): a backlog may "
         "fill it and force records out of event-time order (docs/operations.md)"
