@@ -21,9 +21,10 @@ reading the whole state.
 from __future__ import annotations
 
 import enum
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass
+from heapq import heappush
 from typing import NamedTuple
 
 from tables import keys
@@ -157,7 +158,7 @@ class WindowedJoin:
         results: list[Match] = []
         index = self.index
         by_prefix, due, late_due, ids = index.by_prefix, index.due, index.late_due, index.ids
-        add = index.add
+        retention = index.retention
         state = self.state
         get, put = state.get, state.put
         changes = self._changes
@@ -171,7 +172,8 @@ class WindowedJoin:
             prefix = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined
             own = prefix + _pack_time(ts + _BIAS) + record_id
             # Duplicates first: a record read again after a takeover is one, not a late record.
-            if (prefix + record_id in ids) if ids is not None else index.holds(prefix, own):
+            id_key = prefix + record_id if ids is not None else None
+            if (id_key in ids) if ids is not None else index.holds(prefix, own):
                 self._count("duplicates")
                 continue
             now = self.stream_time
@@ -220,7 +222,21 @@ class WindowedJoin:
             stored = (MATCHED_FLAG if found else UNMATCHED_FLAG) + value
             changes[own] = stored
             put(own, stored)
-            add(prefix, own, ts, record_id)
+            # ... and in the index (WindowIndex.add, inlined: once per record).
+            mine = by_prefix.get(prefix)  # after the expiry above, which may drop a key's list
+            if mine is None:
+                by_prefix[prefix] = [own]
+            elif own > mine[-1]:
+                mine.append(own)
+            else:
+                insort(mine, own)
+            entry = (ts + retention, own)
+            if not due or entry > due[-1]:
+                due.append(entry)
+            else:
+                heappush(late_due, entry)
+            if ids is not None:
+                ids.add(id_key)
         return results
 
     # -- expiry and unmatched emission ------------------------------------
