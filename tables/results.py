@@ -52,6 +52,9 @@ class Feed:
     index: int = 0  # next to hand out: everything before it has been asked past
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Future[None] | None = None
+    # Values of this batch's inputs built on arrival, by id of their bytes (JoinRunner.built):
+    # a result takes one (once) instead of building it again from the same bytes.
+    built: dict[int, tuple[bytes, Any]] = field(default_factory=dict)
 
     def start(self, items: list[tuple[int, Match]], start_at: int = 0) -> asyncio.Future[None]:
         self.items, self.index = items, start_at
@@ -198,27 +201,20 @@ class JoinResults(Generic[K, L, R]):
         """`_result` of each match, in one loop over local names (it runs once per result)."""
         key_of, left_of, right_of = self._decode_key, self._decode_left, self._decode_right
         new = tuple.__new__  # JoinResult(...) without its Python-level __new__
-        return [
-            new(
-                JoinResult,
-                (
-                    key_of(key),
-                    None if left is None else left_of(left),
-                    None if right is None else right_of(right),
-                    timestamp,
-                ),
-            )
-            for key, left, right, timestamp in matches
-        ]
+        take = self._feed.built.pop
+        results = []
+        for key, left, right, timestamp in matches:
+            if left is not None:
+                found = take(id(left), None)
+                left = found[1] if found is not None and found[0] is left else left_of(left)
+            if right is not None:
+                found = take(id(right), None)
+                right = found[1] if found is not None and found[0] is right else right_of(right)
+            results.append(new(JoinResult, (key_of(key), left, right, timestamp)))
+        return results
 
     def _result(self, match: Match) -> JoinResult[K, L, R]:
-        left, right = match.left, match.right
-        return JoinResult(
-            self._decode_key(match.key),
-            None if left is None else self._decode_left(left),
-            None if right is None else self._decode_right(right),
-            match.timestamp,
-        )
+        return self._results([match])[0]
 
     def send_soon(
         self,

@@ -169,6 +169,9 @@ class JoinRunner:
         self.read_next: dict[TP, int] = {}  # after the last record taken into a batch
         self.commit_at: dict[TP, int] = {}  # what Faust may commit
         self.feed = Feed()
+        # Values built on arrival (checked and validated) in this batch, by the id of their
+        # bytes, with the bytes kept alive: a result takes one instead of building it again.
+        self.built: dict[int, tuple[bytes, Any]] = {}
         self.outbox: list[Outgoing] = []
         self._queue: asyncio.Queue[dict[TP, list[ConsumerRecord]]] = asyncio.Queue(maxsize=8)
         self._leftover: deque[dict[TP, list[ConsumerRecord]]] = deque()  # the rest of a cut fetch
@@ -332,7 +335,9 @@ class JoinRunner:
             self.stats.results += len(feed)
             if self._unmatched:
                 self.stats.unmatched += sum(1 for _, m in feed if m.left is None or m.right is None)
+            self.feed.built = self.built
             await self._handle(feed, letters)
+        self.built = self.feed.built = {}
         await self._send_output(letters)
         producer = faust_internals.producer_of(self.app)
         await asyncio.gather(*(state.commit(p, producer) for p in processed))
@@ -356,6 +361,7 @@ class JoinRunner:
         offsets: list[int] = []
         stamps: list[int] = []
         items: list[Item] = []
+        built = self.built
         nulls = 0
         for record in records:
             key, value, offset = record.key, record.value, record.offset
@@ -365,6 +371,8 @@ class JoinRunner:
                 offsets.append(offset)
                 stamps.append(ts)
                 items.append((side, key, ts, checked[1], value))
+                if checked[2] is not None:
+                    built[id(value)] = (value, checked[2])
             elif checked is DROPPED:
                 nulls += 1
             else:

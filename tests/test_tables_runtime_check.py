@@ -14,7 +14,9 @@ from faust.types import TP
 
 from app.join import build
 from app.settings import JOIN_NAME, from_env
+from tables.operator import Match
 from tables.partitioners import partition_for
+from tables.results import Feed, JoinResults
 from tables.runtime import JoinRunner, runtime_of
 
 PARTITIONS = 4
@@ -92,3 +94,28 @@ def test_a_fetch_of_only_misplaced_records_is_dead_lettered_and_read_past() -> N
         (8, "wrong_partition"),
     ]
     assert join.aligner.held(0) == 0 and join.read_next[tp] == 9
+
+
+def test_a_result_takes_the_value_built_on_arrival_once() -> None:
+    """The record checked on arrival is handed to the first result it is part of (its bytes
+    are not decoded again); a second result of it, and a stored partner, are decoded."""
+    join = runner()
+    topic = join.spec.right.name
+    key = keys_of(1, 1)[0]
+    now = int(time.time() * 1000)
+    click = orjson.dumps({"event_id": "c1", "auction_id": key.decode(), "ts": now})
+    arrived = record(topic, 1, 5, key, click)
+    join._check(TP(topic, 1), [arrived], [])
+    assert [v for v, _ in join.built.values()] == [arrived.value]
+    built = join.built[id(arrived.value)][1]
+    feed = Feed(built=join.built)
+    results: JoinResults[Any, Any, Any] = JoinResults(
+        join.app, feed, join.spec.left.name, join.codecs["left"].key, join.codecs["left"].value,
+        join.codecs["right"].value, [], join.runtime.serializers,
+    )  # fmt: skip
+    first, second = impression(key, now - 1), impression(key, now - 2)
+    matches = [Match(key, first, arrived.value, now), Match(key, second, arrived.value, now)]
+    one, two = results._results(matches)
+    assert one.right is built and two.right is not built and two.right == built
+    assert one.left == join.codecs["left"].value(first) and two.left.ts == now - 2
+    assert feed.built == {}
