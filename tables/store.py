@@ -318,13 +318,16 @@ class PartitionStore:
             detail = f"an earlier write failed: {self._failed.detail}"
             raise StoreWriteError(self.path, self._failed.errno, detail)
         batch = WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
         # In key order: RocksDB inserts a sorted batch into its memtable faster than the
-        # same keys in the order the batch wrote them.
-        for key, value in sorted(changes.items()):
+        # same keys in the order the batch wrote them. The keys sorted alone, not the
+        # (key, value) pairs: half the cost of the sort.
+        for key in sorted(changes):
+            value = changes[key]
             if value is None:
-                batch.delete(key)
+                delete(key)
             else:
-                batch.put(key, value)
+                put(key, value)
         if checkpoint is not None:
             batch.put(CHECKPOINT_KEY, encode_checkpoint(checkpoint))
             if self.checkpoint is not None and checkpoint < self.checkpoint:
