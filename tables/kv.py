@@ -136,7 +136,7 @@ class Overlay:
 
     def put(self, key: bytes, value: bytes) -> None:
         pending = self.pending
-        if key not in pending and not key.startswith(self._unscanned):
+        if not key.startswith(self._unscanned) and key not in pending:  # the join's records: the first test
             self._pending_keys.add(key)
             self._inserts += 1
         pending[key] = value

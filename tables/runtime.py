@@ -32,6 +32,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -327,7 +328,7 @@ class JoinRunner:
             processed.append(partition)
             if matches:
                 latest.append(matches[-1].timestamp)
-            feed.extend((partition, m) for m in matches)
+            feed.extend(zip(repeat(partition), matches))
             self.stats.results_by_partition[partition] = self.stats.results_by_partition.get(
                 partition, 0
             ) + len(matches)
