@@ -15,6 +15,7 @@ from typing import Literal
 
 from aiokafka import AIOKafkaProducer
 
+from assignor.faust_internals import JOIN_BATCH_BYTES
 from tables import keys
 from tables.kv import Overlay
 from tables.operator import JoinType, JoinWindow, WindowedJoin
@@ -51,12 +52,14 @@ class StatePartition:
         """The last changelog offset this partition's files hold."""
         return self.store.checkpoint
 
-    async def commit(self, producer: AIOKafkaProducer, changelog: str, partition: int) -> int | None:
-        """Produce the batch's changelog records, then write state + checkpoint atomically.
-        Returns the new checkpoint."""
+    async def commit(
+        self, producer: AIOKafkaProducer, changelog: str, partition: int, batch_bytes: int = JOIN_BATCH_BYTES
+    ) -> int | None:
+        """Produce the batch's changelog records (record batches of up to `batch_bytes`),
+        then write state + checkpoint atomically. Returns the new checkpoint."""
         changes = self.join.take_changes()
         try:
-            last = await send_records(producer, changelog, partition, changes)
+            last = await send_records(producer, changelog, partition, changes, batch_bytes=batch_bytes)
         except BaseException:
             self.reset()  # nothing of this batch reaches the disk; its input is read again
             raise

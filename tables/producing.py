@@ -21,10 +21,11 @@ async def send_records(
     partition: int,
     records: Sequence[tuple[bytes | None, bytes | None]],
     headers: Headers = (),
+    batch_bytes: int = faust_internals.JOIN_BATCH_BYTES,
 ) -> int | None:
     """Produce (key, value) records to one partition in order and wait for the acks.
     Returns the last offset written. `headers` go on every record."""
-    acks = await start_sending(producer, topic, partition, records, headers)
+    acks = await start_sending(producer, topic, partition, records, headers, batch_bytes)
     last = None
     for future, count in acks:
         ack = await future
@@ -39,12 +40,13 @@ async def start_sending(
     records: Sequence[tuple[bytes | None, bytes | None]]
     | Sequence[tuple[bytes | None, bytes | None, Headers]],
     headers: Headers = (),
+    batch_bytes: int = faust_internals.JOIN_BATCH_BYTES,
 ) -> list[tuple[object, int]]:
     """Hand records to the producer as whole record batches (far cheaper than one send()
     each) and return (ack future, records in its batch) pairs to await. The records are
     all (key, value), each with `headers`, or all (key, value, its own headers).
 
-    Batches are up to 512 KB (faust_internals.create_batch), not the producer's 16 KB,
+    Batches are up to `batch_bytes` (512 KB), not the producer's 16 KB,
     and each is closed before it is handed over: a closed batch is sent at once, an open
     one would wait out the producer's `linger_ms` first."""
     if not records:
@@ -52,7 +54,7 @@ async def start_sending(
     batches: list[tuple[BatchBuilder, int]] = []
     done = 0
     while done < len(records):
-        batch = faust_internals.create_batch(producer)
+        batch = faust_internals.create_batch(producer, batch_bytes)
         count = faust_internals.fill_batch(batch, records, headers, start=done)
         if count == 0:
             value = records[done][1]

@@ -525,12 +525,15 @@ class JoinRunner:
         """The handler's sends and the dead letters, in whole batches; then Faust's own
         pending sends (the handler's `topic.send()`s and table updates); all acknowledged."""
         producer = faust_internals.producer_of(self.app)
+        size = self.runtime.settings.send_batch_bytes
         outbox, self.outbox[:] = list(self.outbox), []
         acks: list[tuple[object, int]] = []
         for (topic, partition), records in (await self._by_partition(outbox)).items():
-            acks += await start_sending(producer, topic, partition, records)
+            acks += await start_sending(producer, topic, partition, records, batch_bytes=size)
         for partition, records in self._letters(letters).items():
-            acks += await start_sending(producer, self.spec.dead_letter_topic, partition, records)
+            acks += await start_sending(
+                producer, self.spec.dead_letter_topic, partition, records, batch_bytes=size
+            )
         for letter in letters:
             self.stats.dead_letters[letter[5].category] += 1
         await self.app.producer.flush()
@@ -928,6 +931,7 @@ class Runtime:
             table=spec.name,
             sync_writes=self.settings.sync_writes,
             stall_timeout_s=self.settings.restore_stall_s,
+            send_batch_bytes=self.settings.send_batch_bytes,
         )
 
     def offsets_on_disk(self, spec: JoinSpec) -> dict[int, int]:

@@ -8,6 +8,7 @@
 | restore_stall_s | TANDEM_RESTORE_STALL_S | 120: a restore that makes no progress this long is retried |
 | sync_writes | TANDEM_SYNC_WRITES | false: fsync every state write (also survives a machine crash) |
 | data_dir | TANDEM_JOIN_DIR | `<Faust datadir>/tandem-joins` |
+| send_batch_bytes | TANDEM_SEND_BATCH_BYTES | 524288 bytes per record batch the join sends, at most |
 | gc_threshold | TANDEM_GC_THRESHOLD | 50000: first-generation garbage collection threshold, at least |
 
 A worker holds hundreds of thousands of long-lived objects on a backlog (fetched records,
@@ -40,11 +41,14 @@ class RuntimeSettings:
     sync_writes: bool = False
     data_dir: Path | None = None
     gc_threshold: int = 50_000
+    send_batch_bytes: int = 512 * 1024  # 16 KB (the producer's own) cost ~3% more CPU per record
 
     def __post_init__(self) -> None:
         if self.gc_threshold < 0:
             raise ValueError(f"{ENV_PREFIX}GC_THRESHOLD must not be negative, not {self.gc_threshold}")
-        for name in ("align_max_wait_ms", "align_max_held", "batch_max_records", "restore_stall_s"):
+        for name in (
+            "align_max_wait_ms", "align_max_held", "batch_max_records", "restore_stall_s", "send_batch_bytes"
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive, not {getattr(self, name)}")
         if self.align_max_held < 4 * self.batch_max_records:

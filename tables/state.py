@@ -27,6 +27,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
+from assignor.faust_internals import JOIN_BATCH_BYTES
 from tables.operator import JoinType, JoinWindow
 from tables.partition import Role, StatePartition
 from tables.recovery import Recovery, RestoreProgress
@@ -67,6 +68,7 @@ class JoinState:
         ids: bool = False,
         table: str | None = None,
         sync_writes: bool = False,
+        send_batch_bytes: int = JOIN_BATCH_BYTES,
         stall_timeout_s: float = 120.0,
     ) -> None:
         self.changelog = changelog
@@ -76,6 +78,7 @@ class JoinState:
         self.join_type = join_type
         self.ids = ids
         self.sync_writes = sync_writes
+        self.send_batch_bytes = send_batch_bytes
         self.partitions: dict[int, StatePartition] = {}
         self.ready: set[int] = set()  # active partitions restored to the end of their changelog
         self.warming: set[int] = set()  # standbys that are warm-up replicas of a pending move
@@ -161,7 +164,9 @@ class JoinState:
         """Changelog records of the partition's batch, then its state + checkpoint in one
         RocksDB batch. Call after the batch's results are acknowledged and before its
         input offsets are committed."""
-        return await self.partitions[partition].commit(producer, self.changelog, partition)
+        return await self.partitions[partition].commit(
+            producer, self.changelog, partition, self.send_batch_bytes
+        )
 
     def discard(self, partition: int) -> None:
         """Drop what a batch applied but did not commit (its input is read again)."""

@@ -164,7 +164,7 @@ async def _read_back(bootstrap: str, topic: str, count: int) -> list[Any]:
         await consumer.stop()
 
 
-async def _send_and_read(bootstrap: str, topic: str) -> tuple[list[Any], list[Any], Any, list[Any]]:
+async def _send_and_read(bootstrap: str, topic: str) -> tuple[Any, ...]:
     await create_topics(bootstrap, {topic: 2})
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
@@ -172,20 +172,25 @@ async def _send_and_read(bootstrap: str, topic: str) -> tuple[list[Any], list[An
         pairs, triples = _pairs(9000), _triples(2000)  # the pairs fill three 512 KB batches
         acks = await start_sending(producer, topic, 1, pairs, [("h", b"1")])
         counts = [n for _, n in acks]
+        small_acks = await start_sending(producer, topic, 0, pairs, batch_bytes=16384)
+        small = [n for _, n in small_acks]
+        for future, _ in small_acks:
+            await future  # type: ignore[misc]
         last = await send_records(producer, topic, 1, triples)
         for future, _ in acks:
             await future  # type: ignore[misc]
     finally:
         await producer.stop()
     sent = [(k, v, [("h", b"1")]) for k, v in pairs] + [(k, v, list(h or ())) for k, v, h in triples]
-    return sent, counts, last, await _read_back(bootstrap, topic, len(sent))
+    return sent, counts, last, await _read_back(bootstrap, topic, len(sent)), small
 
 
 @pytest.mark.broker
 @pytest.mark.timeout(120)
 def test_start_sending_delivers_every_record_in_order_with_its_headers(broker: Any, unique: str) -> None:
-    sent, counts, last, read = asyncio.run(_send_and_read(broker.bootstrap, f"produce-{unique}"))
+    sent, counts, last, read, small = asyncio.run(_send_and_read(broker.bootstrap, f"produce-{unique}"))
     assert len(counts) == 3 and sum(counts) == 9000  # whole batches of up to 512 KB, each counted
+    assert len(small) > 10 and sum(small) == 9000  # TANDEM_SEND_BATCH_BYTES=16384: the producer's size
     assert last == len(sent) - 1
     assert [r.offset for r in read] == list(range(len(sent)))
     assert [(r.key, r.value, [(k, v) for k, v in r.headers]) for r in read] == sent

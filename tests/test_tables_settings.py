@@ -58,3 +58,10 @@ def test_an_alignment_cap_below_four_batches_is_warned_about(caplog: pytest.LogC
         "TANDEM_ALIGN_MAX_HELD=15999 is below four batches (TANDEM_BATCH_MAX_RECORDS=4000): a backlog may "
         "fill it and force records out of event-time order (docs/operations.md)"
     ]
+
+
+def test_the_join_s_record_batch_size_reads_the_environment_and_must_be_positive() -> None:
+    assert RuntimeSettings.from_env({}).send_batch_bytes == 512 * 1024
+    assert RuntimeSettings.from_env({"TANDEM_SEND_BATCH_BYTES": "16384"}).send_batch_bytes == 16384
+    with pytest.raises(ValueError, match="TANDEM_SEND_BATCH_BYTES"):
+        RuntimeSettings.from_env({"TANDEM_SEND_BATCH_BYTES": "0"})
