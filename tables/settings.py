@@ -36,12 +36,12 @@ _ENV_NAMES = {"data_dir": "TANDEM_JOIN_DIR"}
 class RuntimeSettings:
     align_max_wait_ms: int = 2000
     align_max_held: int = 50_000
-    batch_max_records: int = 10_000  # 4,000 cost ~8% more CPU per record (docs/bench/worker.md)
+    batch_max_records: int = 10_000  # 4,000: ~10 % more CPU per record (docs/bench/worker.md)
     restore_stall_s: float = 120.0
     sync_writes: bool = False
     data_dir: Path | None = None
     gc_threshold: int = 50_000
-    send_batch_bytes: int = 512 * 1024  # 16 KB (the producer's own) cost ~3% more CPU per record
+    send_batch_bytes: int = 512 * 1024  # 16 KB (the producer's own): ~15 % more CPU per record
 
     def __post_init__(self) -> None:
         if self.gc_threshold < 0:
