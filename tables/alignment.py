@@ -192,18 +192,9 @@ class Aligner(Generic[Item]):
         """Records of one topic partition read together, in read order: the same as `add`
         for each (offset, timestamp, item) and `skip` for the others read (dead letters),
         of which `last_offset` is the highest offset."""
-        source = self._read(partition, topic, last_offset)
-        if not offsets:
+        highest = self._read_many(partition, topic, offsets, timestamps, last_offset)
+        if highest is None:
             return
-        highest = max(timestamps)
-        if source.highest_ts is None or highest > source.highest_ts:
-            source.highest_ts = highest
-        held_offsets = source.offsets
-        if (not held_offsets or offsets[0] >= held_offsets[-1]) and sorted(offsets) == offsets:
-            held_offsets.extend(offsets)
-        else:
-            for offset in offsets:
-                source.hold(offset)
         state = self._partitions[partition]
         if highest > state.highest:
             state.highest = highest
@@ -221,6 +212,25 @@ class Aligner(Generic[Item]):
             push = heapq.heappush
             for entry in entries:
                 push(held, entry)
+
+    def _read_many(
+        self, partition: int, topic: str, offsets: Sequence[int], timestamps: Sequence[int], last_offset: int
+    ) -> int | None:
+        """add_many's part on the input: read up to `last_offset`, its highest timestamp and
+        held offsets updated. The highest of `timestamps`, None if there are none."""
+        source = self._read(partition, topic, last_offset)
+        if not offsets:
+            return None
+        highest = max(timestamps)
+        if source.highest_ts is None or highest > source.highest_ts:
+            source.highest_ts = highest
+        held_offsets = source.offsets
+        if (not held_offsets or offsets[0] >= held_offsets[-1]) and sorted(offsets) == offsets:
+            held_offsets.extend(offsets)
+        else:
+            for offset in offsets:
+                source.hold(offset)
+        return highest
 
     def skip(self, partition: int, topic: str, offset: int) -> None:
         """A record read that will not be joined (a dead letter): it still moves the input

@@ -40,19 +40,9 @@ class HeapAligner(Aligner[Item]):
         items: Iterable[Item],
         last_offset: int,
     ) -> None:
-        """As Aligner.add_many was."""
-        source = self._read(partition, topic, last_offset)
-        if not offsets:
+        """As Aligner.add_many was (its part on the input is Aligner's, unchanged)."""
+        if self._read_many(partition, topic, offsets, timestamps, last_offset) is None:
             return
-        highest = max(timestamps)
-        if source.highest_ts is None or highest > source.highest_ts:
-            source.highest_ts = highest
-        held_offsets = source.offsets
-        if (not held_offsets or offsets[0] >= held_offsets[-1]) and sorted(offsets) == offsets:
-            held_offsets.extend(offsets)
-        else:
-            for offset in offsets:
-                source.hold(offset)
         held, arrivals = self._partitions[partition].held, self._arrivals
         entries = [
             (ts, next(arrivals), topic, offset, item)
