@@ -41,7 +41,11 @@ class WindowIndex:
     record key) pairs, popped in that order (the order of the time index they replace):
     records come in event-time order as a rule (the runtime aligns its inputs), so each
     pair is appended to the sorted queue `due`, and only one that sorts before the
-    queue's last goes to the heap `late_due`."""
+    queue's last goes to the heap `late_due`.
+
+    The operator's per-record path (`WindowedJoin.process_many`) reads and extends these
+    structures in place, as `add` does (partners: a bisection of the other side's list);
+    `add` serves restores, `holds` restores and the duplicate check of a join without ids."""
 
     def __init__(self, retention: int, ids: bool) -> None:
         self.retention = retention
@@ -95,13 +99,6 @@ class WindowIndex:
             heapq.heappush(self.late_due, entry)
         if self.ids is not None:
             self.ids.add(prefix + record_id)
-
-    def between(self, prefix: bytes, lo: bytes, hi: bytes) -> list[bytes]:
-        """Record keys under `prefix` with lo <= key < hi, in order."""
-        held = self.by_prefix.get(prefix)
-        if held is None:
-            return []
-        return held[bisect_left(held, lo) : bisect_left(held, hi)]
 
     def pop_due(self, now: int) -> list[bytes]:
         """Remove and return the records due before stream time `now` (retained until
