@@ -1,0 +1,149 @@
+"""Where one join worker's time goes (issue 15): py-spy on `faust -A app worker` joining a
+backlog, its samples grouped by the part of the join they fall in; prints a Markdown table.
+
+    .venv/bin/pip install -e '.[profile]'      # py-spy (`make` does not install it)
+    PYTHONPATH=. .venv/bin/python -m benchmarks.profile_worker [--impressions 500000] [--seconds 15]
+
+A profile, not a benchmark: shares of the samples of both of the worker's threads (the
+event loop's and Faust's consumer thread), to see what to work on; rates and CPU per
+record are `benchmarks/bench_worker.py`'s. py-spy attaches to the worker process (ptrace:
+as root, or with kernel.yama.ptrace_scope 0) and slows it while it samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from app.cluster import WorkerProcess
+from app.settings import Settings, create_topics, from_env
+from benchmarks.bench_worker import PARTITIONS, consumed, load_inputs
+from tables.testing import EmbeddedBroker
+
+# (area, a frame that puts a sample in it): the first area whose frame is on the sample's
+# stack takes it, so the more specific come first.
+AREAS = [
+    ("Faust's consumer thread (fetching, aiokafka's record objects)", "WorkerThread.run"),
+    ("event loop waiting (select)", "EpollSelector.select"),
+    ("check and validation (codecs, partitioner check, the app's validate)", "JoinRunner._check"),
+    ("event-time alignment (release)", "JoinRunner._release"),
+    ("the operator (partners, index, expiry)", "WindowedJoin.process_many"),
+    ("the app's handler and its results", "app/join.py"),
+    ("the app's handler and its results", "tables/results.py"),
+    ("results and dead letters produced", "JoinRunner._send_output"),
+    ("changelog produced, state written to RocksDB", "JoinState.commit"),
+    ("aiokafka's producer (requests)", "aiokafka/producer"),
+    ("Faust's producer (the app's table updates)", "faust/transport/producer.py"),
+    ("the rest of a batch", "JoinRunner._process"),
+    ("the rest: Faust, aiokafka, asyncio", ""),
+]
+# Single functions worth seeing on their own, as a share of all samples (on the stack).
+FUNCTIONS = [
+    "PartitionStore.write",
+    "make",  # a faust.Record built (on arrival, or a stored partner for a result)
+    "WindowIndex.pop_due",
+    "SideCodec._accept.<locals>.accept",
+    "PartitionRecords._consumer_record",
+]
+
+
+def area_of(stack: str) -> str:
+    return next(name for name, frame in AREAS if frame in stack)
+
+
+def shares(raw: Path) -> tuple[Counter[str], Counter[str], int]:
+    """Samples per area and per listed function (on the stack) in a py-spy raw file."""
+    areas: Counter[str] = Counter()
+    functions: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        areas[area_of(stack)] += n
+        names = {frame.split(" (", 1)[0] for frame in stack.split(";")}
+        for name in FUNCTIONS:
+            if name in names:
+                functions[name] += n
+    return areas, functions, total
+
+
+def table(areas: Counter[str], functions: Counter[str], total: int, impressions: int, seconds: int) -> str:
+    lines = [
+        f"py-spy, {seconds} s at 100 samples/s of one `faust -A app worker` joining a backlog of "
+        f"{impressions:,} impressions and their clicks ({total:,} samples)",
+        "",
+        "| area | share of samples |",
+        "| --- | ---: |",
+        *(f"| {name} | {n / total:.0%} |" for name, n in areas.most_common()),
+        "",
+        "| function (samples with it on the stack) | share |",
+        "| --- | ---: |",
+        *(f"| `{name}` | {functions[name] / total:.0%} |" for name in FUNCTIONS),
+    ]
+    return "\n".join(lines)
+
+
+async def _load(bootstrap: str, impressions: int) -> tuple[Settings, int]:
+    settings = dataclasses.replace(
+        from_env(), broker=f"kafka://{bootstrap}", topic_prefix="wp-", partitions=PARTITIONS, app_id="wp-join"
+    )
+    await create_topics(bootstrap, settings)
+    return settings, await load_inputs(settings, impressions)
+
+
+def profile(impressions: int, seconds: int, timeout: float) -> str:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        raise SystemExit("py-spy is not installed: .venv/bin/pip install -e '.[profile]'")
+    with (
+        tempfile.TemporaryDirectory(prefix="profile-worker-") as tmp,
+        EmbeddedBroker(log_dir=Path(tmp)) as broker,
+    ):
+        settings, total = asyncio.run(_load(broker.bootstrap, impressions))
+        worker = WorkerProcess(
+            "tandem", "host-1", "rack-1", broker.bootstrap, settings.app_id, Path(tmp),
+            standby_replicas=0, partitions=PARTITIONS, topic_prefix=settings.topic_prefix,
+        ).start()  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout
+            while not consumed(worker.view(), total):  # sampled from its first record read
+                worker.check()
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the worker read nothing within {timeout} s (log: {worker.log_path})")
+                time.sleep(0.1)
+            raw = Path(tmp) / "profile.raw"
+            assert worker.process is not None
+            subprocess.run(
+                [spy, "record", "-p", str(worker.process.pid), "-d", str(seconds), "-r", "100",
+                 "-f", "raw", "-o", str(raw)],
+                check=True, capture_output=True, timeout=seconds + 60,
+            )  # fmt: skip
+            if (consumed(worker.view(), total) or 0) >= total:
+                print("note: the backlog ran out before the profile ended (idle in it)", file=sys.stderr)
+        finally:
+            worker.stop(10)
+        return table(*shares(raw), impressions, seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--impressions", type=int, default=500_000)
+    parser.add_argument("--seconds", type=int, default=15, help="how long py-spy samples")
+    parser.add_argument("--timeout", type=float, default=120.0, help="for the worker's first record, seconds")
+    args = parser.parse_args()
+    print(profile(args.impressions, args.seconds, args.timeout))
+
+
+if __name__ == "__main__":
+    main()
