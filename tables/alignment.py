@@ -248,18 +248,10 @@ class Aligner(Generic[Item]):
         `ends[topic]`: the partition's high watermark in that topic (the next offset to be
         written), None if not known yet; `starts[topic]`: where this consumer started
         reading it (the group's committed offset), None if unknown (then 0)."""
-        state = self._partitions.get(partition)
-        if state is None or not state.held:
-            if state is not None:
-                state.ahead = frozenset()
+        due = self._due(partition, ends, starts)
+        if due is None:
             return []
-        starts = starts or {}
-        bounds = {t: self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics}
-        limit = min(bounds.values())
-        held, max_held = state.held, self.max_held
-        if held[0][0] > limit and len(held) <= max_held:
-            self._note_ahead(state, bounds, limit)
-            return []  # the common case on a backlog: waiting for the other input
+        state, bounds, limit = due
         # All due (live traffic, a caught-up batch), or the oldest only.
         out = self._release_all(state) if state.highest <= limit else self._release_some(state, limit)
         self._note_ahead(state, bounds, limit)
@@ -307,6 +299,24 @@ class Aligner(Generic[Item]):
             for source in inputs.values():
                 source.clear_held()
         return list(map(_ITEM, released))
+
+    def _due(
+        self, partition: int, ends: Mapping[str, int | None], starts: Mapping[str, int | None] | None
+    ) -> tuple[_Partition[Item], dict[str, float], float] | None:
+        """The partition's state, each input's bound and the lowest of them, if a held record
+        is to be released now; else None (and what is ahead noted)."""
+        state = self._partitions.get(partition)
+        if state is None or not state.held:
+            if state is not None:
+                state.ahead = frozenset()
+            return None
+        starts = starts or {}
+        bounds = {t: self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics}
+        limit = min(bounds.values())
+        if state.held[0][0] > limit and len(state.held) <= self.max_held:
+            self._note_ahead(state, bounds, limit)
+            return None  # the common case on a backlog: waiting for the other input
+        return state, bounds, limit
 
     def _note_ahead(self, state: _Partition[Item], bounds: Mapping[str, float], limit: float) -> None:
         if 2 * len(state.held) < self.max_held:

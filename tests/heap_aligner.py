@@ -62,19 +62,13 @@ class HeapAligner(Aligner[Item]):
         ends: Mapping[str, int | None],
         starts: Mapping[str, int | None] | None = None,
     ) -> list[Item]:
-        """As Aligner.release was: one heappop and one `gone` count per released record."""
-        state = self._partitions.get(partition)
-        if state is None or not state.held:
-            if state is not None:
-                state.ahead = frozenset()
+        """As Aligner.release was: one heappop and one `gone` count per released record
+        (whether any is due decided as Aligner decides it, unchanged)."""
+        due = self._due(partition, ends, starts)
+        if due is None:
             return []
-        starts = starts or {}
-        bounds = {t: self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics}
-        limit = min(bounds.values())
+        state, bounds, limit = due
         held, max_held = state.held, self.max_held
-        if held[0][0] > limit and len(held) <= max_held:
-            self._note_ahead(state, bounds, limit)
-            return []
         out: list[Item] = []
         pop, inputs = heapq.heappop, state.inputs
         while held and held[0][0] <= limit:
