@@ -62,6 +62,11 @@ def _all_hold(workers: list[WorkerProcess]) -> bool:
     return all(v is not None and v["actives"] for v in views) and covered(workers, PARTITIONS)
 
 
+def _settled(workers: list[WorkerProcess]) -> bool:
+    """Every partition owned once and restored, and no worker warming one up."""
+    return covered(workers, PARTITIONS) and not any((w.join() or {}).get("warmups") for w in workers)
+
+
 def _owners(workers: list[WorkerProcess], topic: str) -> dict[int, list[str]]:
     """Partition -> live workers holding it on the wire (their Kafka assignment)."""
     owners: dict[int, list[str]] = {}
@@ -106,7 +111,9 @@ def test_leader_killed_mid_rebalance_group_settles_without_double_owners(
         killed_at = time.monotonic()
 
         survivors = [w for w in workers + [newcomer] if w is not victim]
-        assert wait_for(lambda: covered(survivors, PARTITIONS), 90), f"not settled; logs in {tmp_path}"
+        # Settled: covered, and no warm-up left whose catching up asks for one more rebalance
+        # (its planned move; wire assignments differ while members apply it: seen once in CI).
+        assert wait_for(lambda: _settled(survivors), 90), f"not settled; logs in {tmp_path}"
         settle_s = time.monotonic() - killed_at
         new_leader = _leader(broker, group)
         assert new_leader is not None and new_leader[0] > leader[0]
