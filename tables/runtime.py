@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import time
 import weakref
@@ -45,6 +44,7 @@ from tables.alignment import Aligner
 from tables.api import JoinSpec
 from tables.codecs import CATEGORIES, DROPPED, Rejected, SideCodec, key_check, value_form
 from tables.datadir import DataDirLock
+from tables.gcpacing import collection_deferred, raise_gc_threshold
 from tables.keys import Side
 from tables.metrics import REBALANCE_KINDS, LatencyBuckets
 from tables.operator import Match
@@ -237,7 +237,8 @@ class JoinRunner:
                     await self.dropped(merge_fetches(batch))  # taken after the quiesce drained
                     continue
                 try:
-                    await self._process(batch)
+                    with collection_deferred(self.runtime.settings.gc_batch_threshold):
+                        await self._process(batch)
                     continue
                 except Exception as exc:
                     failure = exc
@@ -961,15 +962,6 @@ def runtime_of(app: AppT) -> Runtime:
         faust_internals.check()
         runtime = _runtimes[app] = Runtime(app)
     return runtime
-
-
-def raise_gc_threshold(threshold: int) -> None:
-    """Collect garbage less often in a worker (tables/settings.py, `gc_threshold`): raise
-    the first generation's threshold to `threshold`, never lower it; 0 changes nothing."""
-    first, *older = gc.get_threshold()
-    if threshold > first:
-        gc.set_threshold(threshold, *older)
-        log.info("tandem: garbage collection threshold %s (was %s; TANDEM_GC_THRESHOLD)", threshold, first)
 
 
 async def create_join_topics(spec: JoinSpec, bootstrap: str, partitions: int, replication: int = 1) -> None:
