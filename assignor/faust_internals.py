@@ -13,6 +13,8 @@ installed versions differ or an internal it relies on is gone.
   - hands the records of join inputs to a `RecordTaker` (the join runtime) in whole
     fetches, instead of building a Faust Event and a Stream step per record, and
     commits their offsets as the taker says (only what was joined and acknowledged);
+  - leaves those records as aiokafka's fetcher reads them (`RawRecords`), without
+    copying each into a `ConsumerRecord`;
   - lets the taker finish its in-flight work before a revocation commits.
 - `install_group_join()`: one JoinGroup offering every protocol (aiokafka 0.14 sends
   one JoinGroup per assignor).
@@ -43,8 +45,10 @@ import aiokafka.errors as errors
 import faust.streams
 from aiokafka.client import AIOKafkaClient
 from aiokafka.consumer import group_coordinator as gc
+from aiokafka.consumer.fetcher import PartitionRecords
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.protocol.group import JoinGroupRequest
+from aiokafka.record.memory_records import MemoryRecords
 from faust.events import Event
 from faust.exceptions import ImproperlyConfigured
 from faust.tables.manager import TableManager
@@ -70,6 +74,7 @@ _INTERNALS: list[tuple[Any, str]] = [
     (FaustConsumer, "_filter_tps_with_pending_acks"),
     (FaustConsumer, "wait_empty"),
     (AIOKafkaConsumerThread, "_create_worker_consumer"),
+    (PartitionRecords, "_consumer_record"),
     (AIOKafkaConsumerThread, "_highwaters"),
     (AIOKafkaConsumerThread, "call_thread"),
     (AIOKafkaConsumerThread, "seek"),
@@ -94,6 +99,7 @@ def check() -> None:
         if not hasattr(owner, name):
             problems.append(f"{getattr(owner, '__name__', owner)}.{name} is missing")
     problems += batch_problems()
+    problems += raw_record_problems()
     if problems:
         raise IncompatibleInternals(
             "Tandem cannot start: " + "; ".join(problems) + f". Install {PINNED} (see pyproject.toml)."
@@ -121,15 +127,33 @@ async def seek(app: AppT, tp: TP, offset: int) -> None:
     consumer._read_offset[tp] = offset if offset else None  # type: ignore[attr-defined]
 
 
+class InputRecord(Protocol):
+    """What the join runtime reads of a record it takes: aiokafka's fetched record as it
+    is (`RawRecords`), or a ConsumerRecord."""
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+
 class RecordTaker(Protocol):
     """What the consumer asks of the join runtime (tables/runtime.py)."""
 
     def takes(self, topic: str) -> bool:
-        """Whether records of `topic` go to the taker instead of Faust's streams."""
+        """Whether records of `topic` go to the taker instead of Faust's streams (asked in
+        the consumer's thread too)."""
         ...
 
-    async def take(self, records: dict[TP, list[Any]]) -> None:
-        """Take a fetch's records of the taker's topics (aiokafka ConsumerRecords)."""
+    async def take(self, records: dict[TP, list[InputRecord]]) -> None:
+        """Take a fetch's records of the taker's topics."""
         ...
 
     def held_back(self) -> set[TP]:
@@ -186,7 +210,13 @@ class TandemConsumerThread(AIOKafkaConsumerThread):
             consumer._partition_assignment_strategy = tuple(protocols())
         if self.fetch_max_wait_ms is not None:
             consumer._fetch_max_wait_ms = self.fetch_max_wait_ms  # read by the fetcher in start()
+        if consumer._key_deserializer is None:  # handed to the fetcher in start()
+            consumer._key_deserializer = RawRecords(self._taken_topic)
         return consumer
+
+    def _taken_topic(self, topic: str) -> bool:
+        taker = _takers.get(self.app)
+        return taker is not None and taker.takes(topic)
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         """End offsets for Faust's table recovery: from fetch responses, where the broker's
@@ -195,6 +225,74 @@ class TandemConsumerThread(AIOKafkaConsumerThread):
             return await super()._highwaters(partitions)  # type: ignore[no-any-return]
         servers = server_list(self.transport.url, self.transport.default_port)
         return await fetched_high_watermarks(servers, list(partitions))
+
+
+class RawRecords:
+    """The Tandem consumer's key deserializer (Faust's has none), which aiokafka's fetcher
+    hands to the records of each partition it fetched: those of a topic the join runtime
+    takes stay the fetcher's own record objects (key, value, offset, timestamp, headers),
+    not copied each into a ConsumerRecord (~1 us per record, in the consumer's thread);
+    the others are ConsumerRecords as before, with no key deserializer."""
+
+    def __init__(self, takes: Callable[[str], bool]) -> None:
+        self.takes = takes  # asked once per partition and fetch response
+
+    def __call__(self, raw: bytes | None) -> bytes | None:
+        return raw  # never called: the fetcher's records get None in its place
+
+
+_ORIGINAL_PARTITION_RECORDS = PartitionRecords.__init__
+
+
+def _partition_records(self: Any, tp: TP, records: Any, aborted: Any, at: int, keys: Any, *more: Any) -> None:
+    raw = type(keys) is RawRecords and keys.takes(tp.topic)
+    if type(keys) is RawRecords:
+        keys = None
+    _ORIGINAL_PARTITION_RECORDS(self, tp, records, aborted, at, keys, *more)
+    if raw:
+        self._consumer_record = _as_fetched  # read per record by the records' generator
+
+
+def _as_fetched(tp: Any, record: Any) -> Any:
+    return record
+
+
+def install_raw_records() -> None:
+    """Idempotent: partitions fetched by a consumer with `RawRecords` keep their records
+    as fetched when the join runtime takes their topic (other consumers: unchanged)."""
+    PartitionRecords.__init__ = _partition_records  # type: ignore[method-assign]
+
+
+def raw_record_problems() -> list[str]:
+    """What RawRecords needs of aiokafka's fetcher and is missing: a probe record batch
+    read through PartitionRecords must give records with the key, value, offset and
+    timestamp appended, and a ConsumerRecord for a topic not taken."""
+    builder = BatchBuilder(_PROBE_SIZE * 10, 0)
+    for offset, (key, value, own) in enumerate(_PROBE):
+        builder.append(key=key, value=value, timestamp=_PROBE_MS + offset, headers=list(own))
+    keys = RawRecords(lambda topic: topic == "taken")
+    try:
+        found = {
+            topic: [
+                (r.key, r.value, r.offset, r.timestamp, type(r) is aiokafka.ConsumerRecord)
+                for r in _read_partition(TP(topic, 0), builder._builder.build(), keys)
+            ]
+            for topic in ("taken", "other")
+        }
+    except Exception as error:  # e.g. PartitionRecords changed its arguments
+        return [f"PartitionRecords: raw records fail ({error!r})"]
+    wanted = [(key, value, offset, _PROBE_MS + offset) for offset, (key, value, _) in enumerate(_PROBE)]
+    if [r[:4] for r in found["taken"]] != wanted or any(r[4] for r in found["taken"]):
+        return ["PartitionRecords: raw records differ from the records fetched"]
+    if [r[:4] for r in found["other"]] != wanted or not all(r[4] for r in found["other"]):
+        return ["PartitionRecords: a topic not taken does not get ConsumerRecords"]
+    return []
+
+
+def _read_partition(tp: TP, data: bytes | bytearray, keys: RawRecords) -> list[Any]:
+    install_raw_records()
+    records = PartitionRecords(tp, MemoryRecords(bytes(data)), [], 0, keys, None, False, 0)
+    return list(records)
 
 
 async def fetched_high_watermarks(
@@ -370,6 +468,7 @@ def install_consumer(
         raise ImproperlyConfigured(f"Tandem needs Faust's aiokafka transport, not {type(transport).__name__}")
     if app.conf.producer_threaded:
         raise ImproperlyConfigured("Tandem needs producer_threaded=False (it produces on the app's loop)")
+    install_raw_records()
     base = transport.Consumer if issubclass(transport.Consumer, TandemConsumer) else TandemConsumer
     settings = {"fetch_max_wait_ms": fetch_max_wait_ms, "fetch_high_watermarks": fetch_high_watermarks}
     transport.Consumer = type("TandemConsumer", (base,), settings)

@@ -8,11 +8,11 @@ benchmarks/bench_worker.py.
 
 from __future__ import annotations
 
-from aiokafka import ConsumerRecord
 from faust.types import TP
 
 import app as _reference
 from app.settings import JOIN_NAME
+from assignor.faust_internals import InputRecord
 from tables.runtime import JoinRunner, runtime_of
 
 app = _reference.app
@@ -21,7 +21,7 @@ app = _reference.app
 class ConsumeOnlyRunner(JoinRunner):
     """A join runner whose batch only records how far each input partition was taken."""
 
-    async def _process(self, fetches: list[dict[TP, list[ConsumerRecord]]]) -> None:
+    async def _process(self, fetches: list[dict[TP, list[InputRecord]]]) -> None:
         state = self.state
         assert state is not None
         for fetch in fetches:

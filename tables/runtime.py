@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import ConsumerRecord
 from faust.types import TP, AppT
 
 from assignor import faust_internals
+from assignor.faust_internals import InputRecord
 from tables.alignment import Aligner
 from tables.api import JoinSpec
 from tables.codecs import CATEGORIES, DROPPED, Rejected, SideCodec, key_check, value_form
@@ -108,10 +108,10 @@ class JoinStats:
     latency: LatencyBuckets = field(default_factory=LatencyBuckets)  # event time -> output acknowledged
 
 
-def split_fetch(records: dict[TP, list[ConsumerRecord]], limit: int) -> list[dict[TP, list[ConsumerRecord]]]:
+def split_fetch(records: dict[TP, list[InputRecord]], limit: int) -> list[dict[TP, list[InputRecord]]]:
     """A fetch cut into pieces of at most `limit` records, in order (each partition's
     records stay in offset order across the pieces)."""
-    chunks: list[dict[TP, list[ConsumerRecord]]] = [{}]
+    chunks: list[dict[TP, list[InputRecord]]] = [{}]
     room = limit
     for tp, found in records.items():
         if not found:
@@ -128,9 +128,9 @@ def split_fetch(records: dict[TP, list[ConsumerRecord]], limit: int) -> list[dic
     return chunks
 
 
-def merge_fetches(chunks: list[dict[TP, list[ConsumerRecord]]]) -> dict[TP, list[ConsumerRecord]]:
+def merge_fetches(chunks: list[dict[TP, list[InputRecord]]]) -> dict[TP, list[InputRecord]]:
     """Pieces of a fetch joined back into one (the inverse of split_fetch)."""
-    merged: dict[TP, list[ConsumerRecord]] = {}
+    merged: dict[TP, list[InputRecord]] = {}
     for chunk in chunks:
         for tp, found in chunk.items():
             merged.setdefault(tp, []).extend(found)
@@ -166,7 +166,7 @@ class JoinRunner:
         self.ahead: set[TP] = set()  # inputs read far ahead of their partner (Aligner.ahead)
         # Records of those inputs fetched before the pause took effect, kept out of the
         # aligner (in offset order) until their input is resumed: the pause is exact.
-        self.deferred: dict[TP, list[ConsumerRecord]] = {}
+        self.deferred: dict[TP, list[InputRecord]] = {}
         self.read_next: dict[TP, int] = {}  # after the last record taken into a batch
         self.commit_at: dict[TP, int] = {}  # what Faust may commit
         self.feed = Feed()
@@ -174,8 +174,8 @@ class JoinRunner:
         # bytes, with the bytes kept alive: a result takes one instead of building it again.
         self.built: dict[int, tuple[bytes, Any]] = {}
         self.outbox: list[Outgoing] = []
-        self._queue: asyncio.Queue[dict[TP, list[ConsumerRecord]]] = asyncio.Queue(maxsize=8)
-        self._leftover: deque[dict[TP, list[ConsumerRecord]]] = deque()  # the rest of a cut fetch
+        self._queue: asyncio.Queue[dict[TP, list[InputRecord]]] = asyncio.Queue(maxsize=8)
+        self._leftover: deque[dict[TP, list[InputRecord]]] = deque()  # the rest of a cut fetch
         self._working = asyncio.Lock()
         self._revoking = False
         self._loop_task: asyncio.Task[None] | None = None
@@ -218,7 +218,7 @@ class JoinRunner:
 
     # -- taking input ---------------------------------------------------------------
 
-    async def take(self, records: dict[TP, list[ConsumerRecord]]) -> None:
+    async def take(self, records: dict[TP, list[InputRecord]]) -> None:
         if self._revoking:
             await self.dropped(records)  # read again after the rebalance
             return
@@ -246,7 +246,7 @@ class JoinRunner:
             await self._fail(failure)
             return
 
-    async def _next_batch(self, limit: int) -> list[dict[TP, list[ConsumerRecord]]]:
+    async def _next_batch(self, limit: int) -> list[dict[TP, list[InputRecord]]]:
         """Whole fetches up to `limit` records; a larger fetch (a backlog can hold tens of
         thousands) is cut, its rest kept for the next batches, so that no batch holds the
         event loop (web view, metrics, timers) for seconds. Empty after ALIGN_CHECK_S
@@ -258,7 +258,7 @@ class JoinRunner:
                 fetch = await asyncio.wait_for(self._queue.get(), ALIGN_CHECK_S)
             except TimeoutError:
                 return [{}]
-        batch: list[dict[TP, list[ConsumerRecord]]] = []
+        batch: list[dict[TP, list[InputRecord]]] = []
         count = 0
         while True:
             size = sum(map(len, fetch.values()))
@@ -299,7 +299,7 @@ class JoinRunner:
 
     # -- one batch --------------------------------------------------------------------
 
-    async def _process(self, fetches: list[dict[TP, list[ConsumerRecord]]]) -> None:
+    async def _process(self, fetches: list[dict[TP, list[InputRecord]]]) -> None:
         state = self.state
         assert state is not None
         letters: list[Letter] = []
@@ -348,7 +348,7 @@ class JoinRunner:
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
 
-    def _check(self, tp: TP, records: list[ConsumerRecord], letters: list[Letter]) -> None:
+    def _check(self, tp: TP, records: list[InputRecord], letters: list[Letter]) -> None:
         side = self.sides[tp.topic]
         partition, topic = tp.partition, tp.topic
         self.stats.read[side] += len(records)
@@ -386,7 +386,7 @@ class JoinRunner:
             self.stats.null_values[side] += nulls
         self.read_next[tp] = records[-1].offset + 1
 
-    def _misplaced(self, tp: TP, records: list[ConsumerRecord]) -> dict[int, int]:
+    def _misplaced(self, tp: TP, records: list[InputRecord]) -> dict[int, int]:
         """Index -> the partition its key belongs to, for records on the wrong partition: they
         could never meet their partner (a producer with another partitioner)."""
         partitioner, count = self.spec.partitioner, self.partitions
@@ -396,8 +396,8 @@ class JoinRunner:
         return {m.index: m.expected for m in find_misplaced(keys, tp.partition, count, partitioner)}
 
     def _letter_misplaced(
-        self, tp: TP, records: list[ConsumerRecord], misplaced: dict[int, int], letters: list[Letter]
-    ) -> list[ConsumerRecord]:
+        self, tp: TP, records: list[InputRecord], misplaced: dict[int, int], letters: list[Letter]
+    ) -> list[InputRecord]:
         """Dead-letter the misplaced records (checked first, as the batch twin does); the rest."""
         partitioner = self.spec.partitioner
         for index, expected in misplaced.items():
@@ -433,12 +433,12 @@ class JoinRunner:
             starts[topic] = committed.get(tp)
         return self.aligner.release(partition, ends, starts)
 
-    def _resume_deferred(self) -> dict[TP, list[ConsumerRecord]]:
+    def _resume_deferred(self) -> dict[TP, list[InputRecord]]:
         """Deferred records of inputs no longer paused, oldest first, to be taken before anything
         fetched after them: per partition up to what fills half the aligner's cap (at least a
         batch, so that an input holding the release back always moves on); the rest stays
         deferred (hours of backlog can be in flight: all of it at once would hit the cap)."""
-        resumed: dict[TP, list[ConsumerRecord]] = {}
+        resumed: dict[TP, list[InputRecord]] = {}
         room: dict[int, int] = {}
         half, batch = self.aligner.max_held // 2, self.runtime.settings.batch_max_records
         for tp in [tp for tp in self.deferred if tp not in self.ahead]:
@@ -702,7 +702,7 @@ class JoinRunner:
         finally:
             self._working.release()
 
-    async def dropped(self, records: dict[TP, list[ConsumerRecord]]) -> None:
+    async def dropped(self, records: dict[TP, list[InputRecord]]) -> None:
         """Fetched records that will not be joined now: their partitions are set back to the
         first record not done, or to the first dropped, so that they are read again."""
         restart = {}
