@@ -304,6 +304,9 @@ class JoinRunner:
         assert state is not None
         letters: list[Letter] = []
         touched: set[int] = set()
+        # Batches that release nothing (one input read far ahead of the other) await nothing
+        # else: without this, a queue of fetches kept the web view and timers waiting.
+        await asyncio.sleep(0)
         resumed = self._resume_deferred()
         for fetch in [resumed, *fetches]:
             for tp, records in fetch.items():
