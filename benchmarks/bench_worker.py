@@ -111,6 +111,14 @@ def results_out(view: dict[str, Any] | None) -> int:
     return int((join_part(view) or {}).get("results", 0))
 
 
+def owns_all(view: dict[str, Any] | None) -> bool:
+    """The worker owns every partition of the join (restored or not) and has read nothing."""
+    join = join_part(view)
+    if join is None or len(join["actives"]) < PARTITIONS:
+        return False
+    return not sum(join.get("read", {}).values())
+
+
 def consumed(view: dict[str, Any] | None, total: int) -> int | None:
     """Input records the worker has read, once it owns every partition: its `read` counters
     (0 before its first fetch), or, in a view without them, the input less its lag."""
@@ -323,8 +331,13 @@ async def run_pipeline(
             view = worker.view()
             assert worker.process is not None
             now, read, cpu = time.perf_counter(), consumed(view, total), cpu_seconds(worker.process.pid)
+            if first_read_at is None and owns_all(view):
+                # From the last poll that saw it own every partition with nothing read yet (still
+                # restoring, at most a poll before its first fetch): the view may answer its
+                # next poll only after tens of thousands of records are read (the first batches
+                # hold the loop), and a window started there times their join, not their reading.
+                first = (now, 0, cpu)
             if read is not None:
-                # From the first poll that saw it ready (normally before its first fetch).
                 first = first or (now, read, cpu)
                 last = (now, read, cpu)
                 if read > 0 and first_read_at is None:

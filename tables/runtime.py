@@ -59,6 +59,7 @@ from tables.store import StoreCorruptError, local_checkpoints
 log = logging.getLogger(__name__)
 
 ALIGN_CHECK_S = 0.25  # held records are looked at this often when no input comes
+LOOP_TURN_S = 0.01  # a batch lets the event loop run at least this often while checking
 OFFSETS_REFRESH_S = 2.0  # local offsets for the assignor
 HANDLER_FAILURES_WITHOUT_PROGRESS = 3
 MISPLACED_WARN_EVERY_S = 60.0  # a warning per input at most this often
@@ -175,6 +176,7 @@ class JoinRunner:
         self.built: dict[int, tuple[bytes, Any]] = {}
         self.outbox: list[Outgoing] = []
         self._queue: asyncio.Queue[dict[TP, list[InputRecord]]] = asyncio.Queue(maxsize=8)
+        self._last_turn = time.monotonic()  # when this runner last let the event loop run
         self._leftover: deque[dict[TP, list[InputRecord]]] = deque()  # the rest of a cut fetch
         self._working = asyncio.Lock()
         self._revoking = False
@@ -304,9 +306,6 @@ class JoinRunner:
         assert state is not None
         letters: list[Letter] = []
         touched: set[int] = set()
-        # Batches that release nothing (one input read far ahead of the other) await nothing
-        # else: without this, a queue of fetches kept the web view and timers waiting.
-        await asyncio.sleep(0)
         resumed = self._resume_deferred()
         for fetch in [resumed, *fetches]:
             for tp, records in fetch.items():
@@ -317,6 +316,7 @@ class JoinRunner:
                     continue
                 self._check(tp, records, letters)
                 touched.add(tp.partition)
+                await self._give_turn()
         processed: list[int] = []
         latest: list[int] = []  # event time of each partition's last result (the latency histogram)
         feed: list[tuple[int, Match]] = []
@@ -350,6 +350,14 @@ class JoinRunner:
         self._note_ahead()
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
+
+    async def _give_turn(self) -> None:
+        """Let the event loop run (web view, timers) if this runner has kept it LOOP_TURN_S:
+        batches that release nothing (one input read far ahead of the other) await nothing
+        else, and the web view needs several turns of the loop to answer."""
+        if time.monotonic() - self._last_turn > LOOP_TURN_S:
+            await asyncio.sleep(0)
+            self._last_turn = time.monotonic()
 
     def _check(self, tp: TP, records: list[InputRecord], letters: list[Letter]) -> None:
         side = self.sides[tp.topic]
