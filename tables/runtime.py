@@ -704,6 +704,11 @@ class JoinRunner:
                 for tp, records in fetch.items():
                     if records:
                         restart.setdefault(tp, records[0].offset)
+            for tp, offset in restart.items():
+                if tp not in self.commit_at:
+                    # Nothing of it done yet: a fetch dropped after this (taken across the
+                    # rebalance) starts later, and must not move the restart past this one.
+                    self._dropped_from[tp] = min(self._dropped_from.get(tp, offset), offset)
             held = self.aligner.held()
             self.aligner.forget()
             self._note_ahead()
