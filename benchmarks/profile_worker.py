@@ -51,7 +51,8 @@ FUNCTIONS = [
     "make",  # a faust.Record built (on arrival, or a stored partner for a result)
     "WindowIndex.pop_due",
     "SideCodec._accept.<locals>.accept",
-    "PartitionRecords._consumer_record",
+    "FetchResult.getall",  # the consumer thread handing out a fetch's records
+    "_GeneratorContextManager.__exit__",  # the collection deferred to a batch's end (tables/gcpacing.py)
 ]
 
 
