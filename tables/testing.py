@@ -189,12 +189,16 @@ async def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: 
     raise TimeoutError(f"no high watermark for every partition of {topic} within {timeout} s")
 
 
-async def read_records(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[Any]:
+async def read_records(
+    bootstrap: str, topic: str, partitions: int, timeout: float = 30.0, **consumer_options: Any
+) -> list[Any]:
     """Every record of the topic (aiokafka ConsumerRecords), read up to each partition's
-    high watermark as fetch responses report it."""
+    high watermark as fetch responses report it; `consumer_options` go to the consumer."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False, **consumer_options
+    )
     await consumer.start()
     found: list[Any] = []
     try:

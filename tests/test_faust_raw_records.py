@@ -9,12 +9,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.consumer.fetcher import PartitionRecords
 
 from assignor import faust_internals
 from assignor.faust_internals import RawRecords, install_raw_records, raw_record_problems
 from tables.producing import create_topics
+from tables.testing import read_records
 
 STAMP_MS = 1_700_000_000_000
 COUNT = 300
@@ -33,23 +34,6 @@ async def _produce(bootstrap: str, topics: list[str]) -> None:
         await producer.stop()
 
 
-async def _read(bootstrap: str, topic: str, keys: RawRecords) -> list[Any]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, key_deserializer=keys)
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        read: list[Any] = []
-        for _ in range(100):  # bounded: a few fetches are enough
-            read += (await consumer.getmany(tp, timeout_ms=500)).get(tp, [])
-            if len(read) >= COUNT:
-                break
-        return read
-    finally:
-        await consumer.stop()
-
-
 @pytest.mark.broker
 @pytest.mark.timeout(120)
 def test_a_taken_topic_gives_the_fetched_records_and_another_topic_consumer_records(
@@ -60,10 +44,10 @@ def test_a_taken_topic_gives_the_fetched_records_and_another_topic_consumer_reco
     asyncio.run(_produce(broker.bootstrap, [taken, other]))
     keys = RawRecords(lambda topic: topic == taken)
     wanted = [(b"k%d" % n, b"v%d" % n, n, STAMP_MS + n) for n in range(COUNT)]
-    raw = asyncio.run(_read(broker.bootstrap, taken, keys))
+    raw = asyncio.run(read_records(broker.bootstrap, taken, 1, key_deserializer=keys))
     assert [(r.key, r.value, r.offset, r.timestamp) for r in raw] == wanted
     assert not any(isinstance(r, ConsumerRecord) for r in raw)
-    built = asyncio.run(_read(broker.bootstrap, other, keys))
+    built = asyncio.run(read_records(broker.bootstrap, other, 1, key_deserializer=keys))
     assert [(r.key, r.value, r.offset, r.timestamp) for r in built] == wanted
     assert all(type(r) is ConsumerRecord and r.topic == other for r in built)
 
