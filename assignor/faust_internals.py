@@ -245,9 +245,9 @@ _ORIGINAL_PARTITION_RECORDS = PartitionRecords.__init__
 
 
 def _partition_records(self: Any, tp: TP, records: Any, aborted: Any, at: int, keys: Any, *more: Any) -> None:
-    raw = type(keys) is RawRecords and keys.takes(tp.topic)
+    raw = False
     if type(keys) is RawRecords:
-        keys = None
+        raw, keys = keys.takes(tp.topic), None
     _ORIGINAL_PARTITION_RECORDS(self, tp, records, aborted, at, keys, *more)
     if raw:
         self._consumer_record = _as_fetched  # read per record by the records' generator

@@ -18,12 +18,21 @@ import contextlib
 import gc
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-# The youngest generation's threshold to restore after the outermost deferring batch
-# (several joins' batches interleave on the event loop): one entry per batch deferring.
-_restore_to: list[int] = []
+
+@dataclass
+class _Deferral:
+    """Batches deferring now (several joins' batches interleave on the event loop), and the
+    youngest generation's threshold of before the first of them."""
+
+    batches: int = 0
+    restore_to: int = 0
+
+
+_deferral = _Deferral()
 
 
 def raise_gc_threshold(threshold: int) -> None:
@@ -43,12 +52,14 @@ def collection_deferred(threshold: int) -> Iterator[None]:
         yield
         return
     first, *older = gc.get_threshold()
-    _restore_to.append(_restore_to[0] if _restore_to else first)
+    if not _deferral.batches:
+        _deferral.restore_to = first
+    _deferral.batches += 1
     if threshold > first:
         gc.set_threshold(threshold, *older)
     try:
         yield
     finally:
-        restore = _restore_to.pop()
-        if not _restore_to:
-            gc.set_threshold(restore, *gc.get_threshold()[1:])
+        _deferral.batches -= 1
+        if not _deferral.batches:
+            gc.set_threshold(_deferral.restore_to, *gc.get_threshold()[1:])
