@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from app.cluster import WorkerProcess, covered, wait_for
+from app.cluster import WorkerProcess, covered, join_view, wait_for
 from tables.testing import EmbeddedBroker
 from tests.workers import PARTITIONS, cluster
 
@@ -67,14 +68,43 @@ def _settled(workers: list[WorkerProcess]) -> bool:
     return covered(workers, PARTITIONS) and not any((w.join() or {}).get("warmups") for w in workers)
 
 
-def _owners(workers: list[WorkerProcess], topic: str) -> dict[int, list[str]]:
-    """Partition -> live workers holding it on the wire (their Kafka assignment)."""
-    owners: dict[int, list[str]] = {}
+def _one_epoch(workers: list[WorkerProcess]) -> list[tuple[str, dict[str, Any]]] | None:
+    """Every worker's view, if all of them hold the same assignment epoch (None if not).
+
+    Views are read one after another: one taken just before a rebalance and one just after
+    hold different epochs, and a partition can show on both (the first member still lists
+    what it is about to give up). Ownership is only comparable within one epoch.
+    """
+    found = []
     for worker in workers:
         view = worker.view()
         assert view is not None, f"{worker.name} does not answer"
+        found.append((worker.name, view))
+    return found if len({view["epoch"] for _, view in found}) == 1 else None
+
+
+def _agreed_views(workers: list[WorkerProcess], timeout: float) -> list[tuple[str, dict[str, Any]]] | None:
+    """Views that share one epoch and read the same twice in a row, polled for at most
+    `timeout` seconds (a member's consumer thread sets its epoch and its wire one after the
+    other, so one read could fall between the two)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        found = _one_epoch(workers)
+        now = found and [(name, view["epoch"], view["wire"]) for name, view in found]
+        if found is not None and now == last:
+            return found
+        last = now
+        time.sleep(0.2)
+    return None
+
+
+def _owners(views: list[tuple[str, dict[str, Any]]], topic: str) -> dict[int, list[str]]:
+    """Partition -> live workers holding it on the wire (their Kafka assignment)."""
+    owners: dict[int, list[str]] = {}
+    for name, view in views:
         for p in view["wire"].get(topic, []):
-            owners.setdefault(p, []).append(worker.name)
+            owners.setdefault(p, []).append(name)
     return owners
 
 
@@ -119,15 +149,19 @@ def test_leader_killed_mid_rebalance_group_settles_without_double_owners(
         assert new_leader is not None and new_leader[0] > leader[0]
         assert new_leader[1] != leader[1] and new_leader[1] in {_member_id(w) for w in survivors}
 
-        # Settled means settled: several looks, each with one owner per partition.
+        # Settled means settled: several looks, each with one owner per partition. A look is
+        # taken when every member holds the same epoch (a probing rebalance may still come).
         for _ in range(4):
+            views = _agreed_views(survivors, 60)
+            assert views is not None, f"members never agreed on one epoch; logs in {tmp_path}"
             for topic in (c.settings.impressions, c.settings.clicks):
-                owners = _owners(survivors, topic)
+                owners = _owners(views, topic)
                 assert sorted(owners) == list(range(PARTITIONS)), owners
-                assert all(len(o) == 1 for o in owners.values()), f"double-owned: {owners}"
-            for worker in survivors:
-                view = worker.join()
-                assert view is not None and not set(view["actives"]) & set(view["standbys"])
+                epoch = views[0][1]["epoch"]
+                assert all(len(o) == 1 for o in owners.values()), f"double-owned in epoch {epoch}: {owners}"
+            for _, view in views:
+                join = join_view(view)
+                assert join is not None and not set(join["actives"]) & set(join["standbys"])
             time.sleep(1.0)
 
         # And the join goes on with the new leader's plan.
