@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 from faust.types import TP, AppT
+from faust.types.tuples import FutureMessage
 
 from assignor import faust_internals
 from assignor.faust_internals import InputRecord
@@ -103,6 +104,7 @@ class JoinStats:
     unmatched: int = 0  # of `results`: a record without a partner (left, right, outer joins)
     results_by_partition: dict[int, int] = field(default_factory=dict)
     batches: int = 0
+    faust_sends: int = 0  # Faust messages the handler queued (its tables' changelogs), sent with the output
     handler_restarts: int = 0
     failure: str | None = None  # why the join stopped the worker
     rebalance_partitions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REBALANCE_KINDS, 0))
@@ -175,6 +177,9 @@ class JoinRunner:
         # bytes, with the bytes kept alive: a result takes one instead of building it again.
         self.built: dict[int, tuple[bytes, Any]] = {}
         self.outbox: list[Outgoing] = []
+        # Faust sends the handler queued with their partition known (its tables' changelogs),
+        # produced with the batch's output (faust_internals.collect_handler_sends).
+        self.faust_sends: list[FutureMessage] = []
         self._queue: asyncio.Queue[dict[TP, list[InputRecord]]] = asyncio.Queue(maxsize=8)
         self._last_turn = time.monotonic()  # when this runner last let the event loop run
         self._leftover: deque[dict[TP, list[InputRecord]]] = deque()  # the rest of a cut fetch
@@ -214,8 +219,8 @@ class JoinRunner:
             self.outbox,
             self.runtime.serializers,
         )
-        self._handler_task = asyncio.create_task(
-            self.spec.handler(results), name=f"tandem-handler-{self.spec.name}"
+        self._handler_task = faust_internals.handler_task(
+            self.spec.handler(results), self.faust_sends, f"tandem-handler-{self.spec.name}"
         )
 
     # -- taking input ---------------------------------------------------------------
@@ -534,14 +539,16 @@ class JoinRunner:
     # -- output -------------------------------------------------------------------------------
 
     async def _send_output(self, letters: list[Letter]) -> None:
-        """The handler's sends and the dead letters, in whole batches; then Faust's own
-        pending sends (the handler's `topic.send()`s and table updates); all acknowledged."""
+        """The handler's sends, its tables' changelogs and the dead letters, in whole
+        batches; then Faust's own pending sends (the handler's other `topic.send()`s); all
+        acknowledged."""
         producer = faust_internals.producer_of(self.app)
         size = self.runtime.settings.send_batch_bytes
         outbox, self.outbox[:] = list(self.outbox), []
         acks: list[tuple[object, int]] = []
         for (topic, partition), records in (await self._by_partition(outbox)).items():
             acks += await start_sending(producer, topic, partition, records, batch_bytes=size)
+        faust_acks = await self._start_faust_sends(producer, size)
         for partition, records in self._letters(letters).items():
             acks += await start_sending(
                 producer, self.spec.dead_letter_topic, partition, records, batch_bytes=size
@@ -551,6 +558,26 @@ class JoinRunner:
         await self.app.producer.flush()
         for future, _ in acks:
             await future  # type: ignore[misc]
+        for futs, sent in faust_acks:
+            try:
+                metadata = [(await future, count) for future, count in sent]  # type: ignore[misc]
+            except BaseException as error:
+                faust_internals.fail_sends(futs, error)
+                raise
+            faust_internals.settle_sends(futs, metadata)
+
+    async def _start_faust_sends(
+        self, producer: Any, size: int
+    ) -> list[tuple[list[FutureMessage], list[tuple[object, int]]]]:
+        """Start producing the Faust messages the handler queued (its tables' changelogs), per
+        topic and partition in the order queued; what to await and settle."""
+        sends, self.faust_sends[:] = list(self.faust_sends), []
+        self.stats.faust_sends += len(sends)
+        started = []
+        for (topic, partition), futs in faust_internals.collected_records(sends).items():
+            records = [faust_internals.send_record(fut) for fut in futs]
+            started.append((futs, await start_sending(producer, topic, partition, records, batch_bytes=size)))
+        return started
 
     async def _by_partition(
         self, outbox: list[Outgoing]
@@ -908,6 +935,7 @@ class Runtime:
         problems = faust_internals.producer_problems(faust_internals.producer_of(self.app))
         if problems:
             raise faust_internals.IncompatibleInternals("Tandem cannot start: " + "; ".join(problems))
+        faust_internals.collect_handler_sends(self.app)
         for runner in self.runners.values():
             runner.partitions = await prepare_topics(runner.spec, ",".join(bootstrap))
         self.refresh_offsets()

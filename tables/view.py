@@ -93,6 +93,8 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
         "late": sum(j.late for j in operators),
         "duplicates": sum(j.duplicates for j in operators),
         "handler_restarts": stats.handler_restarts,
+        # Faust messages the handler queued (its tables' changelogs), produced with its output.
+        "faust_sends": stats.faust_sends,
         "rebalances": runner.rebalances,
         "last_rebalance": runner.rebalance.as_dict(),
         "rebalance_history": [
