@@ -19,9 +19,12 @@ except ImportError:
     extensions = []
 else:
     extensions = cythonize(
-        # optional=True: a failed C build warns (setuptools' build_ext) instead of failing the install.
-        [Extension("tables._fastjoin", ["tables/_fastjoin.pyx"], optional=True)],
+        [Extension("tables._fastjoin", ["tables/_fastjoin.pyx"])],
         compiler_directives={"language_level": "3"},
     )
+    for extension in extensions:
+        # A failed C build warns (setuptools' build_ext) instead of failing the install. Set on
+        # what cythonize returns: it makes new Extensions and drops `optional` (Cython 3.3).
+        extension.optional = True
 
 setup(ext_modules=extensions)
