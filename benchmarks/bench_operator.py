@@ -1,18 +1,24 @@
 """CPU per input record of the join operator and its state path (issue 15); prints a Markdown table.
 
     .venv/bin/python -m benchmarks.bench_operator [--impressions 50000] [--rounds 3] [--profile]
+        [--gc-threshold N]
 
 The ad events of app/traffic.py go through one StatePartition on real RocksDB (inner join,
 ids on, as the reference app), 2,000 records a batch, each batch committed to the store
-(`take_changes` + `write`, no broker). Two operators, alternated round by round so a
-busy machine slows both alike:
+(`take_changes` + `write`, no broker). Three operators, alternated round by round so a
+busy machine slows them alike:
 
-- `index in memory`: the join as it is (tables/index.py: partners, duplicates and due
-  records found in memory; the state read only for partners' values);
+- `compiled`: the join as it runs when its extension is built (tables/_fastjoin.pyx: the
+  per-record loop in Cython, over the same index in memory);
+- `pure Python`: the same join's Python loop (`TANDEM_PURE_PYTHON=1`, or no extension);
 - `index in RocksDB`: the join as it was (tests/stored_index_join.py: a time index and an
   id index stored with the records, partners read by a range scan of the state).
 
-Reports the median CPU time (process_time: RocksDB's threads included) per record.
+Reports the median CPU time (process_time: RocksDB's threads included) per record: in all
+(operator and commit) and in the operator alone (`process_many`, or `process` per record
+for the old one: its reads of RocksDB included, the commit not). Python's garbage collector
+runs at its default thresholds unless `--gc-threshold` sets the youngest generation's (a
+worker runs with 50,000, and 1,000,000 during a batch: tables/gcpacing.py).
 Then what the in-memory index costs: the records of one run, none expired, in one
 store; a new operator indexes them (as at a start or a promotion), with and without
 ids: bytes per live record (tracemalloc) and CPU per record to build it.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import statistics
 import tempfile
@@ -34,6 +41,7 @@ import orjson
 
 from app.traffic import ad_events
 from tables import keys
+from tables import operator as operator_module
 from tables.kv import Overlay
 from tables.operator import JoinType, JoinWindow, WindowedJoin
 from tables.partition import StatePartition
@@ -52,9 +60,11 @@ class StoredIndexPartition(StatePartition):
         self.join = StoredIndexJoin(self.overlay, self.window, self.join_type, self.ids)  # type: ignore[assignment]
 
 
-PATHS: dict[str, type[StatePartition]] = {
-    "index in memory": StatePartition,
-    "index in RocksDB": StoredIndexPartition,
+# name: (partition type, compiled loop on); the first is left out when it is not built.
+PATHS: dict[str, tuple[type[StatePartition], bool]] = {
+    "compiled": (StatePartition, True),
+    "pure Python": (StatePartition, False),
+    "index in RocksDB": (StoredIndexPartition, False),
 }
 
 
@@ -65,30 +75,37 @@ def events(impressions: int) -> list[Event]:
     ]
 
 
-def run(kind: type[StatePartition], records: list[Event], profile: bool = False) -> tuple[float, int]:
-    """(CPU seconds, results) of the records through a new partition store."""
+def run(
+    kind: type[StatePartition], records: list[Event], profile: bool = False
+) -> tuple[float, float, int]:
+    """(CPU seconds in all, CPU seconds in the operator, results) of the records through a
+    new partition store."""
+    clock = time.process_time
     with tempfile.TemporaryDirectory() as tmp:
         part = kind(open_store(Path(tmp) / "p0"), WINDOW, JoinType.INNER, "active", True)
         profiler = cProfile.Profile() if profile else None
         results = 0
-        start = time.process_time()
+        operator = 0.0
+        start = clock()
         if profiler:
             profiler.enable()
         for at in range(0, len(records), BATCH):
             join = part.join
+            began = clock()
             if isinstance(join, StoredIndexJoin):  # one call per record, as the runtime did then
                 for record in records[at : at + BATCH]:
                     results += len(join.process(*record))
             else:  # a batch per call, as the runtime does
                 results += len(join.process_many(records[at : at + BATCH]))
+            operator += clock() - began
             join.take_changes()
             part.write(at)
         if profiler:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
-        spent = time.process_time() - start
+        spent = clock() - start
         part.store.close()
-    return spent, results
+    return spent, operator, results
 
 
 def index_cost(records: list[Event]) -> None:
@@ -125,27 +142,51 @@ def main() -> None:
     parser.add_argument("--impressions", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="cProfile one run of the join as it is")
+    parser.add_argument("--gc-threshold", type=int, help="the youngest generation's GC threshold")
     args = parser.parse_args()
+    if args.gc_threshold:
+        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     records = events(args.impressions)
     if args.profile:
         run(StatePartition, records, profile=True)
         return
-    spent: dict[str, list[float]] = {name: [] for name in PATHS}
+    paths = dict(PATHS)
+    if not operator_module.COMPILED:
+        print("tables._fastjoin is not built (or TANDEM_PURE_PYTHON=1): no `compiled` row\n")
+        del paths["compiled"]
+    spent: dict[str, list[float]] = {name: [] for name in paths}
+    in_operator: dict[str, list[float]] = {name: [] for name in paths}
     results: dict[str, int] = {}
-    for _ in range(args.rounds):
-        for name, kind in PATHS.items():
-            seconds, results[name] = run(kind, records)
-            spent[name].append(seconds / len(records) * 1e6)
+    was = operator_module.COMPILED
+    try:
+        for _ in range(args.rounds):
+            for name, (kind, compiled) in paths.items():
+                operator_module.use_compiled(compiled)
+                seconds, operator, results[name] = run(kind, records)
+                spent[name].append(seconds / len(records) * 1e6)
+                in_operator[name].append(operator / len(records) * 1e6)
+    finally:
+        operator_module.use_compiled(was)
     if len(set(results.values())) != 1:
         raise SystemExit(f"the paths disagree: {results}")
-    base = statistics.median(spent["index in RocksDB"])
-    found = results["index in memory"]
-    print(f"{len(records):,} records, {found:,} results, median of {args.rounds} rounds\n")
-    print("| operator | us CPU / record | runs | vs index in RocksDB |")
-    print("| --- | --- | --- | --- |")
-    for name, runs in spent.items():
-        median = statistics.median(runs)
-        print(f"| {name} | {median:.1f} | {' '.join(f'{r:.1f}' for r in runs)} | {median / base:.2f} |")
+    print(f"{len(records):,} records, {results['pure Python']:,} results, median of {args.rounds} rounds\n")
+    print(
+        "| operator | us CPU / record | runs | in the operator | runs "
+        "| vs pure Python (all / operator) | vs index in RocksDB (all / operator) |"
+    )
+    print("| --- | ---: | --- | ---: | --- | ---: | ---: |")
+    python_all = statistics.median(spent["pure Python"])
+    python_op = statistics.median(in_operator["pure Python"])
+    old_all = statistics.median(spent["index in RocksDB"])
+    old_op = statistics.median(in_operator["index in RocksDB"])
+    for name in paths:
+        total, operator = statistics.median(spent[name]), statistics.median(in_operator[name])
+        print(
+            f"| {name} | {total:.2f} | {' '.join(f'{r:.1f}' for r in spent[name])} "
+            f"| {operator:.2f} | {' '.join(f'{r:.2f}' for r in in_operator[name])} "
+            f"| {total / python_all:.2f} / {operator / python_op:.2f} "
+            f"| {total / old_all:.2f} / {operator / old_op:.2f} |"
+        )
     index_cost(records)
 
 

@@ -15,14 +15,16 @@ closed before it arrived; unmatched records of a left, right or outer join are
 emitted once stream time passes their window plus grace; every record is deleted
 once no record still accepted could match it. Partners, duplicates and due records
 are found in an in-memory index of the live records (tables/index.py), never by
-reading the whole state.
+reading the whole state. The per-record loop also exists compiled (tables/_fastjoin.pyx),
+used where it is built: `COMPILED` says which one runs.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from heapq import heappush
 from typing import NamedTuple
@@ -154,7 +156,18 @@ class WindowedJoin:
     def process_many(self, events: Iterable[Event]) -> list[Match]:
         """`process` of each (side, key, ts, record id, value) in turn, their matches in
         one list: the same results as one call per event, cheaper (one loop over local
-        names: it runs for every input record)."""
+        names: it runs for every input record).
+
+        Runs the compiled loop (tables/_fastjoin.pyx) when it is built and in use (`COMPILED`),
+        else `_process_many_python`. Subclasses take the Python loop: the compiled one inlines
+        `_expire` and the index's methods, so it would skip their overrides."""
+        if _compiled is not None and type(self) is WindowedJoin:
+            return _compiled(self, events)
+        return self._process_many_python(events)
+
+    def _process_many_python(self, events: Iterable[Event]) -> list[Match]:
+        """The per-record loop in Python: the reference the compiled loop must equal
+        (tests/test_tables_fastjoin.py), and what runs where it is not built."""
         results: list[Match] = []
         index = self.index
         by_prefix, due, late_due, ids = index.by_prefix, index.due, index.late_due, index.ids
@@ -318,3 +331,35 @@ def _unmatched(record_key: bytes, value: bytes) -> Match:
     if stored.side == "left":
         return Match(stored.key, value[1:], None, stored.ts)
     return Match(stored.key, None, value[1:], stored.ts)
+
+
+# -- the compiled loop -------------------------------------------------------------
+
+
+def _load_compiled() -> Callable[[WindowedJoin, Iterable[Event]], list[Match]] | None:
+    """The compiled `process_many`, or None: not built (an install without a C compiler,
+    a source tree not built in place), or TANDEM_PURE_PYTHON=1. Quiet: the runtime says
+    which loop runs (`COMPILED`) when it starts."""
+    if os.environ.get("TANDEM_PURE_PYTHON") == "1":
+        return None
+    try:
+        from tables import _fastjoin
+    except ImportError:
+        return None
+    return _fastjoin.bind(Match, _unmatched)  # type: ignore[no-any-return]
+
+
+_compiled = _load_compiled()
+_built = _compiled  # kept when use_compiled(False) switches it off
+# Whether WindowedJoin.process_many runs the compiled loop (the worker logs it at start).
+COMPILED: bool = _compiled is not None
+
+
+def use_compiled(enabled: bool) -> None:
+    """Choose the loop of every WindowedJoin (tests and benchmarks run both in one process).
+    Raises RuntimeError to switch on a loop that is not built (or TANDEM_PURE_PYTHON=1)."""
+    global _compiled, COMPILED
+    if enabled and _built is None:
+        raise RuntimeError("tables._fastjoin is not built, or TANDEM_PURE_PYTHON=1")
+    _compiled = _built if enabled else None
+    COMPILED = _compiled is not None

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real embedded broker (never a mock of Kafka)."""
+"""Shared fixtures: a real embedded broker (never a mock of Kafka); each loop of the join."""
 
 from __future__ import annotations
 
@@ -21,3 +21,17 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 def unique() -> str:
     """A fresh suffix for topic names and group ids (the broker keeps old groups)."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="module", params=["compiled", "python"])
+def join_loop(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The module's tests once with each loop of WindowedJoin.process_many: compiled
+    (tables/_fastjoin.pyx) and pure Python (`pytestmark = pytest.mark.usefixtures("join_loop")`)."""
+    from tables import operator
+
+    if request.param == "compiled" and operator._built is None:
+        pytest.skip("tables._fastjoin is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1")
+    was = operator.COMPILED
+    operator.use_compiled(request.param == "compiled")
+    yield request.param
+    operator.use_compiled(was)

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocksdict import Rdict
@@ -22,6 +23,9 @@ from tables.operator import JoinType, JoinWindow, Match
 from tables.partition import StatePartition
 from tables.store import FORMAT_KEY, open_store
 from tests.stored_index_join import StoredIndexJoin
+
+# Every test here with each loop of the operator (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("join_loop")
 
 Event = tuple[Side, bytes, int, bytes, bytes]  # side, key, ts, id, value
 Run = tuple[JoinType, JoinWindow, bool, list[list[Event]], int | None, int | None]

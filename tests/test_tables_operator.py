@@ -16,6 +16,9 @@ from tables.kv import MemoryKV, Overlay
 from tables.operator import JoinType, JoinWindow, Match, WindowedJoin
 from tables.store import PartitionStore
 
+# Every test here with each loop of the operator (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("join_loop")
+
 INNER, LEFT, RIGHT, OUTER = JoinType.INNER, JoinType.LEFT, JoinType.RIGHT, JoinType.OUTER
 W = JoinWindow(before=0, after=100, grace=10)
 Event = tuple[Side, bytes, int, bytes, bytes]  # side, key, ts, id, value

@@ -1,0 +1,30 @@
+"""Build of the optional C extension `tables._fastjoin` (the join's per-record loop in
+Cython: docs/tables.md, "The compiled loop"); everything else is in pyproject.toml.
+
+Optional: without a C compiler or Python's headers the build warns and the package
+installs without it, and tables/operator.py runs its pure-Python loop. Cython is a build
+requirement (pyproject.toml); a build without it (no build isolation) skips the extension.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from setuptools import Extension, setup
+
+try:
+    from Cython.Build import cythonize
+except ImportError:
+    warnings.warn("Cython is not installed: tables._fastjoin is not built", stacklevel=1)
+    extensions = []
+else:
+    extensions = cythonize(
+        [Extension("tables._fastjoin", ["tables/_fastjoin.pyx"])],
+        compiler_directives={"language_level": "3"},
+    )
+    for extension in extensions:
+        # A failed C build warns (setuptools' build_ext) instead of failing the install. Set on
+        # what cythonize returns: it makes new Extensions and drops `optional` (Cython 3.3).
+        extension.optional = True
+
+setup(ext_modules=extensions)
