@@ -41,6 +41,7 @@ from faust.types.tuples import FutureMessage
 
 from assignor import faust_internals
 from assignor.faust_internals import InputRecord
+from tables import operator
 from tables.alignment import Aligner
 from tables.api import JoinSpec
 from tables.codecs import CATEGORIES, DROPPED, Rejected, SideCodec, key_check, value_form
@@ -936,6 +937,12 @@ class Runtime:
         if problems:
             raise faust_internals.IncompatibleInternals("Tandem cannot start: " + "; ".join(problems))
         faust_internals.collect_handler_sends(self.app)
+        log.info(
+            "tandem: the join's per-record loop is %s",
+            "compiled (tables/_fastjoin)"
+            if operator.COMPILED
+            else "pure Python (tables._fastjoin not built, or TANDEM_PURE_PYTHON=1): about half as fast",
+        )
         for runner in self.runners.values():
             runner.partitions = await prepare_topics(runner.spec, ",".join(bootstrap))
         self.refresh_offsets()
