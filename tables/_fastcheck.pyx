@@ -80,6 +80,12 @@ cdef extern from *:
 # The bits of a field's mask, in order (tables/codecs.py `_type_mask` makes the masks).
 KIND_NAMES = ("str", "int", "bool", "float", "list", "dict", "other")
 
+cdef enum:
+    # The most fields of a model it takes (their values are kept on the C stack while checked).
+    MAX_FIELDS = 64
+
+MOST_FIELDS = MAX_FIELDS
+
 cdef enum:  # key kinds (tables/codecs.py `_KEY_KINDS`)
     RAW_KEY = 0
     STR_KEY = 1
@@ -110,6 +116,8 @@ cdef class _Model:
         self.names = tuple(names)
         self.defaults = tuple(defaults)
         self.count = len(self.names)
+        if self.count > MAX_FIELDS:
+            raise ValueError(f"more than {MAX_FIELDS} fields")
         if not (len(masks) == len(nonnull) == len(self.defaults) == self.count):
             raise ValueError("one mask, nonnull flag and default per field")
         for name in self.names:
@@ -131,11 +139,13 @@ cdef class _Model:
         free(self.nonnull)
         free(self.has_default)
 
-    cdef bint well_formed(self, dict payload) noexcept:
-        """`_compile_check`'s tests: every field present or nullable, of its kinds."""
+    cdef bint collect(self, dict payload, PyObject **values) noexcept:
+        """`_compile_check`'s tests: every field present or nullable, of its kinds. Leaves
+        each field's value (borrowed from `payload`, NULL if missing) in `values`: each name
+        is looked up once (the names are not the keys' objects: a lookup compares bytes)."""
         cdef PyObject *v
         for i in range(self.count):
-            v = PyDict_GetItem(payload, self.names[i])
+            v = values[i] = PyDict_GetItem(payload, self.names[i])
             if v == NULL or v == Py_None:
                 if self.nonnull[i]:
                     return False
@@ -143,21 +153,27 @@ cdef class _Model:
                 return False
         return True
 
-    cdef object make(self, dict payload):
-        """The record, as `_compile_build`'s `make(payload)` makes it."""
+    cdef object build(self, PyObject **values):
+        """The record from its fields' values, as `_compile_build`'s `make(payload)` makes it."""
         cdef PyObject *v
         cdef dict fields = PyDict_New()
         PyDict_SetItem(fields, _EVALUATED, set())
         for i in range(self.count):
-            name = self.names[i]
-            v = PyDict_GetItem(payload, name)
+            v = values[i]
             if v == NULL or v == Py_None:
-                PyDict_SetItem(fields, name, self.defaults[i] if self.has_default[i] else None)
+                PyDict_SetItem(fields, self.names[i], self.defaults[i] if self.has_default[i] else None)
             else:
-                PyDict_SetItem(fields, name, <object>v)
+                PyDict_SetItem(fields, self.names[i], <object>v)
         record = fc_object_new(self.model, ()) if self.object_new else self.new(self.model)
         record.__dict__ = fields
         return record
+
+    cdef object make(self, dict payload):
+        """The record of a decoded JSON object (not checked)."""
+        cdef PyObject *values[MAX_FIELDS]
+        for i in range(self.count):
+            values[i] = PyDict_GetItem(payload, self.names[i])
+        return self.build(values)
 
 
 cdef class _Accept:
@@ -166,6 +182,7 @@ cdef class _Accept:
     cdef object handoff, loads, validate, rejected, ts_field, id_field
     cdef _Model form  # None: any JSON value (a JsonForm)
     cdef int key_kind
+    cdef Py_ssize_t ts_index, id_index  # the time's and the id's field in `form`, or -1
     cdef bint builds, has_limit
     cdef int64_t limit, max_ts
 
@@ -183,7 +200,8 @@ cdef class _Accept:
         cdef object payload = <object>decoded
         Py_XDECREF(decoded)  # `payload` holds its own reference
         cdef bint is_dict = PyDict_CheckExact(payload)
-        if self.form is not None and not (is_dict and self.form.well_formed(<dict>payload)):
+        cdef PyObject *values[MAX_FIELDS]
+        if self.form is not None and not (is_dict and self.form.collect(<dict>payload, values)):
             return self.handoff(key, value, offset, message_ts)
         # The time and the id are tested before `validate`: a record that would take the
         # reference's slow steps after it goes there whole, so `validate` runs once.
@@ -194,7 +212,10 @@ cdef class _Accept:
         if self.ts_field is not None:
             if not is_dict:
                 return self.handoff(key, value, offset, message_ts)
-            found = PyDict_GetItem(<dict>payload, self.ts_field)
+            if self.ts_index >= 0:
+                found = values[self.ts_index]
+            else:
+                found = PyDict_GetItem(<dict>payload, self.ts_field)
             if found == NULL or not PyLong_CheckExact(<object>found):  # bool too: the reference's
                 return self.handoff(key, value, offset, message_ts)
             ts = <object>found
@@ -205,12 +226,12 @@ cdef class _Accept:
         n = PyLong_AsLongLongAndOverflow(ts, &overflow)
         if overflow or n < 0 or n > self.max_ts:
             return self.handoff(key, value, offset, message_ts)
-        cdef object record_id = self.record_id(payload, is_dict, offset)
+        cdef object record_id = self.record_id(payload, is_dict, offset, values)
         if record_id is None:
             return self.handoff(key, value, offset, message_ts)
         built = None
         if self.builds:
-            built = self.form.make(<dict>payload)
+            built = self.form.build(values)
             if self.validate is not None:
                 reason = self.validate(decoded_key, built)  # raises as the reference's does
                 if reason:
@@ -247,7 +268,7 @@ cdef class _Accept:
             i += 1
         return PyLong_FromLongLong(-v if negative else v)
 
-    cdef object record_id(self, object payload, bint is_dict, object offset):
+    cdef object record_id(self, object payload, bint is_dict, object offset, PyObject **values):
         """The id as the reference makes it, or None: not the simple case."""
         cdef char packed[8]
         cdef int overflow = 0
@@ -265,7 +286,10 @@ cdef class _Accept:
             return PyBytes_FromStringAndSize(packed, 8)
         if not is_dict:
             return None
-        found = PyDict_GetItem(<dict>payload, self.id_field)
+        if self.id_index >= 0:
+            found = values[self.id_index]
+        else:
+            found = PyDict_GetItem(<dict>payload, self.id_field)
         if found == NULL or type(<object>found) is not str:
             return None
         text = fc_utf8(found, &size)
@@ -314,6 +338,9 @@ def accept(handoff, loads, key_kind, _Model form, ts_field, id_field, validate, 
     check.has_limit = limit is not None
     check.limit = min(limit, 2**63 - 1) if limit is not None else 0  # past int64: no limit a value reaches
     check.max_ts = max_ts
+    names = form.names if form is not None else ()
+    check.ts_index = names.index(ts_field) if ts_field in names else -1
+    check.id_index = names.index(id_field) if id_field in names else -1
 
     # A function, not the object's __call__: its call is a vectorcall (no argument tuple).
     def accept(key, value, offset, message_ts):

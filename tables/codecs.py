@@ -695,8 +695,8 @@ def use_compiled(enabled: bool) -> None:
 
 def _fast_model(model: type[Record], fields: list[_Field], defaults: dict[str, Any]) -> Any:
     """A plain model's fields as the compiled check takes them (tables/_fastcheck.pyx
-    `model`), or None where it is not built."""
-    if _built is None:
+    `model`), or None where it is not built or the model has too many fields for it."""
+    if _built is None or len(fields) > _built.MOST_FIELDS:
         return None
     return _built.model(
         model,

@@ -454,6 +454,16 @@ def test_configurations_the_compiled_check_does_not_cover_take_the_python_one(
     assert codec.accept is codec.python_accept
 
 
+def test_a_model_with_more_fields_than_the_compiled_check_takes_keeps_the_python_one() -> None:
+    fields = {f"f{i}": int for i in range(fastcheck.MOST_FIELDS + 1)}
+    big = type("Big", (faust.Record,), {"__annotations__": fields, "__module__": __name__}, serializer="json")
+    codec = make_codec(big, str, {})
+    assert codec.form._plain and not codec.compiled  # type: ignore[attr-defined]
+    assert type(codec.value) is types.FunctionType  # the Python stored
+    raw = dumps(dict.fromkeys(fields, 1))
+    assert codec.accept(b"k", raw, 3, 5) == (5, b"\x00" * 7 + b"\x03", None)
+
+
 def test_raw_and_str_values_take_the_python_check() -> None:
     for value_type in (bytes, str):
         form = value_form(value_type, "raw", None)
