@@ -428,7 +428,9 @@ def test_the_compiled_stored_makes_what_the_python_one_makes(model_name: str, da
     assert form.stored is not python
     for raw in data.draw(st.lists(values(model).filter(lambda v: v is not None), max_size=8)):
         assert stored_outcome(form.stored, raw) == stored_outcome(python, raw)
-        if type(form.check(bytes(raw))) is dict:  # as a checked record: Faust's own construction
+        # A checked record is Faust's own construction. Not compared for Wide: its nested
+        # record is checked as a dict only, and Faust builds it (or fails) when it is read.
+        if model is Event and type(form.check(bytes(raw))) is dict:
             expected = model.from_data(orjson.loads(raw), preferred_type=model)
             assert form.stored(raw).asdict() == expected.asdict()
 
