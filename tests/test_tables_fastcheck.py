@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -308,7 +309,13 @@ def test_the_compiled_accept_decides_as_the_python_accept_and_check(
 
 _good_keys = {
     str: st.sampled_from([b"a-1", b"7", b"", b"\xc3\xa9", b"x y"]),
-    int: mostly(st.integers(-(10**18) + 1, 10**18 - 1).map(lambda i: str(i).encode()), st.just(b"-0")),
+    int: mostly(
+        *[st.integers(-(10**18) + 1, 10**18 - 1).map(lambda i: str(i).encode())] * 3,
+        st.sampled_from([b"-0", b"000000000000000007"]),
+        # past 18 digits (int64's range, and past it), which the Python check reads
+        st.sampled_from([b"9" * 19, b"-" + b"9" * 19, b"9223372036854775807", b"9223372036854775808"]),
+        st.integers(10**18, 10**40).map(lambda i: str(i).encode()),
+    ),
     bytes: st.binary(max_size=6),
 }
 
@@ -341,7 +348,7 @@ def test_well_formed_records_stay_on_the_compiled_path(
 ) -> None:
     """Well-formed records are decided by the compiled code alone (the Python accept is not
     called), as the Python accept decides them: accepted, rejected by `validate`, or its
-    exception; one with its time or offset just past the edge is handed over."""
+    exception; one with its time, offset or int key just past the edge is handed over."""
     model = MODELS[model_name]
     if model is None and validated:
         return  # not covered: a JSON value is the one `validate` gets, and may change
@@ -384,6 +391,7 @@ def test_well_formed_records_stay_on_the_compiled_path(
             (model is not None and type(ts) is not int)  # a field declared int
             or not _in_range(message_ts if timestamp is None else ts, MAX_TS_MS)
             or (record_id is None and not _in_range(offset, 2**63 - 1))
+            or (key_type is int and not re.fullmatch(rb"-?[0-9]{1,18}", key))
         )
         assert len(handed) - before == edge
     assert calls["compiled"].calls == calls["python"].calls
