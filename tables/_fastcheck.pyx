@@ -4,9 +4,9 @@ its common configuration, and the decode of a stored record (`RecordForm.stored`
 
 Covered: a key of raw bytes, str or int (`key_check`'s `raw_key`, `str_key`, `int_key`);
 a value that is a plain `faust.Record` in JSON (`RecordForm._plain`: fields of JSON types,
-checked by their annotations) or any JSON without `validate`; the timestamp from an int
-field or the Kafka timestamp; the id from a str field or the offset; `validate`;
-`max_value_bytes`. tables/codecs.py makes none for anything else.
+checked by their annotations; up to 64 fields) or any JSON without `validate`; the time
+from an int field or the Kafka timestamp; the id from a str field or the offset;
+`validate`; `max_value_bytes`. tables/codecs.py makes none for anything else.
 
 Only the happy path is here. A record that leaves it before `validate` runs (no key or
 value, too large, a key that is not plain digits or not UTF-8, malformed JSON, not an

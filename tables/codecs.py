@@ -544,7 +544,7 @@ class SideCodec:
         field or the offset. It hands every other record to `python_accept`."""
         if _fast is None:
             return None
-        key_kind = _KEY_KINDS.get(self.key)
+        key_kind = next((kind for check, kind in _KEY_KINDS.items() if check is self.key), None)
         timestamp, record_id, limit = self.timestamp, self.record_id, self.max_value_bytes
         if (
             key_kind is None
