@@ -1,9 +1,11 @@
-"""Build of the optional C extension `tables._fastjoin` (the join's per-record loop in
-Cython: docs/tables.md, "The compiled loop"); everything else is in pyproject.toml.
+"""Build of the optional C extensions (Cython; everything else is in pyproject.toml):
+`tables._fastjoin`, the join's per-record loop (docs/tables.md, "The compiled loop"), and
+`tables._fastcheck`, its per-input-record check (docs/tables.md, "The compiled check").
 
 Optional: without a C compiler or Python's headers the build warns and the package
-installs without it, and tables/operator.py runs its pure-Python loop. Cython is a build
-requirement (pyproject.toml); a build without it (no build isolation) skips the extension.
+installs without them, and tables/operator.py and tables/codecs.py run their pure-Python
+code. Cython is a build requirement (pyproject.toml); a build without it (no build
+isolation) skips the extensions.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from setuptools import Extension, setup
 try:
     from Cython.Build import cythonize
 except ImportError:
-    warnings.warn("Cython is not installed: tables._fastjoin is not built", stacklevel=1)
+    warnings.warn("Cython is not installed: tables._fastjoin and _fastcheck are not built", stacklevel=1)
     extensions = []
 else:
     extensions = cythonize(
-        [Extension("tables._fastjoin", ["tables/_fastjoin.pyx"])],
+        [
+            Extension("tables._fastjoin", ["tables/_fastjoin.pyx"]),
+            Extension("tables._fastcheck", ["tables/_fastcheck.pyx"]),
+        ],
         compiler_directives={"language_level": "3"},
     )
     for extension in extensions:

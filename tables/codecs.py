@@ -10,10 +10,15 @@ from a small fixed set (for counters and metrics).
 
 JSON is decoded by orjson (strict RFC 8259, UTF-8 only): NaN, Infinity, lone
 surrogates, a byte order mark and non-UTF-8 text are malformed JSON.
+
+The per-record check of the common configurations also exists compiled
+(tables/_fastcheck.pyx), used where it is built: `COMPILED` says whether it is, and
+`SideCodec.compiled` whether a side's configuration takes it.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import types
 import typing
@@ -213,10 +218,14 @@ class RecordForm(JsonForm):
         self._checked_make = (
             _compile_build(model, self.fields, dict(options.defaults), checked=True) if self._plain else None
         )
+        # The same model for the compiled check (tables/_fastcheck.pyx), where it is built.
+        self._fast_model = _fast_model(model, self.fields, dict(options.defaults)) if self._plain else None
         if self._make is not None:  # once per result side: decode and build in one call
             self.stored = _compile_build(  # type: ignore[method-assign]
                 model, self.fields, dict(options.defaults), from_bytes=True
             )
+            if _fast is not None and self._fast_model is not None:
+                self.stored = _fast.stored(self.stored, orjson.loads, self._fast_model)
 
     def check(self, raw: bytes) -> Any:
         payload = super().check(raw)
@@ -278,6 +287,22 @@ def _type_test(annotation: Any) -> str | None:
     if isinstance(annotation, type) and issubclass(annotation, Record):
         return "type(v) is dict"
     return None
+
+
+# One value of each type orjson decodes to, in the order of the compiled check's type bits
+# (tables/_fastcheck.pyx, KIND_NAMES; a seventh bit stands for anything else).
+_KIND_SAMPLES: tuple[Any, ...] = ("", 0, True, 0.5, [], {})
+_ANY_KIND = (1 << (len(_KIND_SAMPLES) + 1)) - 1
+
+
+def _type_mask(annotation: Any) -> int:
+    """The type bits `_type_test(annotation)` accepts, for the compiled check: its own test
+    run on one value of each type (it tests `type(v)` only), so the two cannot differ."""
+    test = _type_test(annotation)
+    if test is None:
+        return _ANY_KIND
+    accepts = eval(f"lambda v: {test}")  # noqa: S307 - built from fixed tests
+    return sum(1 << bit for bit, sample in enumerate(_KIND_SAMPLES) if accepts(sample))
 
 
 def _compile_check(fields: list[_Field]) -> Callable[[dict[str, Any]], bool]:
@@ -358,27 +383,38 @@ def value_form(value_type: Any, serializer: str | None, loads: Callable[[bytes],
 # -- key forms --------------------------------------------------------------------
 
 
+def raw_key(raw: bytes) -> Any:
+    """A key of raw bytes, as it is."""
+    return raw
+
+
+def int_key(raw: bytes) -> Any:
+    """A key of an int in ASCII digits (Faust's raw int keys)."""
+    try:
+        return int(raw)
+    except ValueError:
+        return Rejected(f"key {raw[:40]!r} is not an int", "wrong_type")
+
+
+def str_key(raw: bytes) -> Any:
+    """A key of UTF-8 text."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return Rejected("key is not UTF-8 text", "undecodable")
+
+
+# The key checks the compiled accept does itself (tables/_fastcheck.pyx), by their kind.
+_KEY_KINDS: dict[Callable[[bytes], Any], int] = {raw_key: 0, str_key: 1, int_key: 2}
+
+
 def key_check(key_type: Any, serializer: str | None, loads: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     """A function of the key's bytes that returns the key, or a Rejected."""
     if serializer in ("raw", None) and key_type in (None, bytes):
-        return lambda raw: raw
+        return raw_key
     if serializer in ("raw", None) and key_type is int:
-
-        def int_key(raw: bytes) -> Any:
-            try:
-                return int(raw)
-            except ValueError:
-                return Rejected(f"key {raw[:40]!r} is not an int", "wrong_type")
-
         return int_key
     if serializer in ("raw", None) and key_type is str:
-
-        def str_key(raw: bytes) -> Any:
-            try:
-                return raw.decode()
-            except UnicodeDecodeError:
-                return Rejected("key is not UTF-8 text", "undecodable")
-
         return str_key
 
     def faust_key(raw: bytes) -> Any:
@@ -416,7 +452,12 @@ class SideCodec:
         self.max_value_bytes = max_value_bytes
         # Build the value for every input only when something needs the object itself.
         self.builds = form.needs_object or callable(timestamp) or callable(record_id) or validate is not None
-        self.accept: Accept = self._accept()
+        # The Python accept: the reference, and what the compiled one hands odd records to.
+        self.python_accept: Accept = self._accept()
+        compiled = self._compiled_accept(self.python_accept)
+        # Whether this side's records are checked by the compiled accept (tables/_fastcheck.pyx).
+        self.compiled = compiled is not None
+        self.accept: Accept = compiled if compiled is not None else self.python_accept
         # `value(raw)`: the app's value of a stored record (decoded again: state keeps the
         # bytes); the form's own function, without a call in between (once per result side).
         self.value: Callable[[bytes], Any] = form.stored
@@ -494,6 +535,47 @@ class SideCodec:
         if isinstance(found, bytes):
             return found
         return str(found).encode()
+
+    def _compiled_accept(self, python_accept: Accept) -> Accept | None:
+        """The compiled accept (tables/_fastcheck.pyx) of this side, or None: not built, not in
+        use (`use_compiled`, TANDEM_PURE_PYTHON=1), or a configuration it does not cover. It
+        covers raw, str and int keys; a plain Record in JSON (`RecordForm._plain`), or any
+        JSON without `validate`; the time from a field or the Kafka timestamp; the id from a
+        field or the offset. It hands every other record to `python_accept`."""
+        if _fast is None:
+            return None
+        key_kind = next((kind for check, kind in _KEY_KINDS.items() if check is self.key), None)
+        timestamp, record_id, limit = self.timestamp, self.record_id, self.max_value_bytes
+        if (
+            key_kind is None
+            or not (timestamp is None or type(timestamp) is str)
+            # An empty id name takes the reference's slow steps on every record.
+            or not (record_id is None or (type(record_id) is str and record_id))
+            or not (limit is None or type(limit) is int)
+        ):
+            return None
+        form = self.form
+        if type(form) is RecordForm and form._fast_model is not None:
+            model = form._fast_model
+        elif type(form) is JsonForm and not self.builds:
+            # `validate` gets the decoded JSON itself and may change it before the time and
+            # the id are read from it: only the Python accept keeps that order.
+            model = None
+        else:
+            return None
+        return _fast.accept(  # type: ignore[no-any-return]
+            python_accept,
+            orjson.loads,
+            key_kind,
+            model,
+            timestamp,
+            record_id,
+            self.validate,
+            self.builds,
+            limit,
+            MAX_TS_MS,
+            Rejected,
+        )
 
     def _accept(self) -> Accept:
         """`check` for the join's per-record loop: what it decides, with (ts, record id, built
@@ -576,3 +658,51 @@ class SideCodec:
             return ts, record_id, built
 
         return accept
+
+
+# -- the compiled check ------------------------------------------------------------
+
+
+def _load_compiled() -> types.ModuleType | None:
+    """tables._fastcheck, or None: not built (an install without a C compiler, a source
+    tree not built in place), or TANDEM_PURE_PYTHON=1 (read once, at import)."""
+    if os.environ.get("TANDEM_PURE_PYTHON") == "1":
+        return None
+    try:
+        from tables import _fastcheck
+    except ImportError:
+        return None
+    return _fastcheck
+
+
+_fast = _load_compiled()
+_built = _fast  # kept when use_compiled(False) switches it off
+# Whether the SideCodecs and RecordForms made now take the compiled check where it covers them.
+COMPILED: bool = _fast is not None
+_NO_DEFAULT = object()
+
+
+def use_compiled(enabled: bool) -> None:
+    """Choose the check of the SideCodecs and RecordForms made from now on (tests and
+    benchmarks run both in one process; those made before keep theirs). Raises
+    RuntimeError to switch on a check that is not built (or TANDEM_PURE_PYTHON=1)."""
+    global _fast, COMPILED
+    if enabled and _built is None:
+        raise RuntimeError("tables._fastcheck is not built, or TANDEM_PURE_PYTHON=1")
+    _fast = _built if enabled else None
+    COMPILED = _fast is not None
+
+
+def _fast_model(model: type[Record], fields: list[_Field], defaults: dict[str, Any]) -> Any:
+    """A plain model's fields as the compiled check takes them (tables/_fastcheck.pyx
+    `model`), or None where it is not built or the model has too many fields for it."""
+    if _built is None or len(fields) > _built.MOST_FIELDS:
+        return None
+    return _built.model(
+        model,
+        [f.name for f in fields],
+        [_type_mask(f.annotation) for f in fields],
+        [f.required and not f.nullable for f in fields],
+        [defaults.get(f.name, _NO_DEFAULT) for f in fields],
+        _NO_DEFAULT,
+    )

@@ -41,7 +41,7 @@ from faust.types.tuples import FutureMessage
 
 from assignor import faust_internals
 from assignor.faust_internals import InputRecord
-from tables import operator
+from tables import codecs, operator
 from tables.alignment import Aligner
 from tables.api import JoinSpec
 from tables.codecs import CATEGORIES, DROPPED, Rejected, SideCodec, key_check, value_form
@@ -943,6 +943,19 @@ class Runtime:
             if operator.COMPILED
             else "pure Python (tables._fastjoin not built, or TANDEM_PURE_PYTHON=1): about half as fast",
         )
+        in_python = [
+            f"{runner.spec.name} {side}"
+            for runner in self.runners.values()
+            for side, codec in runner.codecs.items()
+            if not codec.compiled
+        ]
+        if not in_python:
+            check = "compiled (tables/_fastcheck)"
+        elif codecs.COMPILED:
+            check = f"pure Python for {', '.join(in_python)}: configurations _fastcheck does not cover"
+        else:
+            check = "pure Python (tables._fastcheck not built, or TANDEM_PURE_PYTHON=1)"
+        log.info("tandem: the per-record input check is %s", check)
         for runner in self.runners.values():
             runner.partitions = await prepare_topics(runner.spec, ",".join(bootstrap))
         self.refresh_offsets()

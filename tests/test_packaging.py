@@ -13,15 +13,22 @@ import pytest
 def test_the_reference_app_is_not_installed_so_a_users_own_app_module_wins(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text("import faust\napp = faust.App('mine')\nMINE = True\n")
     probe = "import app, tables, assignor; print(getattr(app, 'MINE', False), tables.join.__module__)"
+    # What the install puts on the path, not a PYTHONPATH set to a checkout (a worktree's tests).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "tables.api"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     missing = subprocess.run(
-        [sys.executable, "-c", "import app"], cwd=elsewhere, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", "import app"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert "No module named 'app'" in missing.stderr
 
@@ -41,5 +48,23 @@ def test_the_install_builds_the_compiled_join_loop() -> None:
     )
     if done.returncode != 0 and os.environ.get("CI") != "true":
         pytest.skip(f"tables._fastjoin is not built here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
+def test_the_install_builds_the_compiled_check() -> None:
+    """Likewise for tables._fastcheck (setup.py), the per-input-record check: built, and the
+    codecs take it (docs/tables.md, "The compiled check")."""
+    probe = "import tables.codecs as c, tables._fastcheck; print(c.COMPILED)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={k: v for k, v in os.environ.items() if k != "TANDEM_PURE_PYTHON"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0 and os.environ.get("CI") != "true":
+        pytest.skip(f"tables._fastcheck is not built here: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"

@@ -2,7 +2,9 @@
 (tables/codecs.py): on the same random records and join options both decide alike (the same
 rejection with the same reason, the same timestamp, id and built value), and call the join's
 `validate` the same number of times; and the results handed to the handler, built in one
-loop, against one match at a time."""
+loop, against one match at a time. `accept` and `value` are the compiled ones where
+tables._fastcheck is built and covers the options (tests/test_tables_fastcheck.py drives
+both against the Python accept)."""
 
 from __future__ import annotations
 
