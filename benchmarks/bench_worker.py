@@ -22,6 +22,8 @@ group reading from the start and an empty state) on the embedded broker:
 - tandem: the reference worker: validation, dead letters, event-time alignment of
   the two inputs, the windowed join on RocksDB, results produced and acknowledged,
   changelog and state committed.
+- tandem, pure Python: the same worker with TANDEM_PURE_PYTHON=1: its per-record loop
+  and input check run as Python, not compiled (tables/_fastjoin.pyx, _fastcheck.pyx).
 - faust-table: the join written the usual way on Faust's own tables
   (benchmarks/faust_table_app.py): one Table keyed by auction id, one event at a
   time, Faust's RocksDB store and changelog; no expiry, no event-time order.
@@ -69,6 +71,7 @@ BARE = "bare consumer"
 BARE_JOIN = "bare join"
 BARE_DURABLE = "bare join+changelog"
 BARE_ROCKSDB = "bare join+changelog+rocksdb"
+PURE = "tandem, pure Python"  # the same worker without its compiled parts (TANDEM_PURE_PYTHON=1)
 PIPELINES = {
     BARE: "",
     BARE_JOIN: "",
@@ -76,10 +79,13 @@ PIPELINES = {
     BARE_ROCKSDB: "",
     "consume-only": "benchmarks.consume_only_app",
     "tandem": "app",
+    PURE: "app",
     "faust-table": "benchmarks.faust_table_app",
 }
+# Environment of a worker pipeline beyond the run's own settings.
+PIPELINE_ENV = {PURE: {"TANDEM_PURE_PYTHON": "1"}}
 # The pipelines that produce results: timed until all are out.
-JOINING = ("tandem", "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB)
+JOINING = ("tandem", PURE, "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB)
 BARE_PIPELINES = {BARE: "read", BARE_JOIN: "join", BARE_DURABLE: "durable", BARE_ROCKSDB: "rocksdb"}
 POLL_S = 0.1
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -307,10 +313,11 @@ async def run_pipeline(
             raise RuntimeError(f"{name}: {run['results']:,} results, expected {joins:,}")
         return run
     uid = uuid.uuid4().hex[:6]
-    settings = dataclasses.replace(base, app_id=f"wb-{name}-{uid}")
+    slug = "".join(c if c.isalnum() else "-" for c in name)  # topic names and paths
+    settings = dataclasses.replace(base, app_id=f"wb-{slug}-{uid}")
     await create_topics(settings.broker.removeprefix("kafka://"), settings)
     worker = WorkerProcess(
-        f"{name}-{uid}",
+        f"{slug}-{uid}",
         "host-1",
         "rack-1",
         settings.broker.removeprefix("kafka://"),
@@ -320,6 +327,7 @@ async def run_pipeline(
         partitions=PARTITIONS,
         topic_prefix=settings.topic_prefix,
         app_module=PIPELINES[name],
+        extra_env=dict(PIPELINE_ENV.get(name, {})),
     ).start()
     first: tuple[float, int, float] | None = None
     last: tuple[float, int, float] | None = None
