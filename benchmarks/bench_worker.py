@@ -22,7 +22,7 @@ group reading from the start and an empty state) on the embedded broker:
 - tandem: the reference worker: validation, dead letters, event-time alignment of
   the two inputs, the windowed join on RocksDB, results produced and acknowledged,
   changelog and state committed.
-- tandem, pure Python: the same worker with TANDEM_PURE_PYTHON=1: its per-record loop
+- tandem (pure Python): the same worker with TANDEM_PURE_PYTHON=1: its per-record loop
   and input check run as Python, not compiled (tables/_fastjoin.pyx, _fastcheck.pyx).
 - faust-table: the join written the usual way on Faust's own tables
   (benchmarks/faust_table_app.py): one Table keyed by auction id, one event at a
@@ -71,7 +71,7 @@ BARE = "bare consumer"
 BARE_JOIN = "bare join"
 BARE_DURABLE = "bare join+changelog"
 BARE_ROCKSDB = "bare join+changelog+rocksdb"
-PURE = "tandem, pure Python"  # the same worker without its compiled parts (TANDEM_PURE_PYTHON=1)
+PURE = "tandem (pure Python)"  # the same worker without its compiled parts (TANDEM_PURE_PYTHON=1)
 PIPELINES = {
     BARE: "",
     BARE_JOIN: "",
