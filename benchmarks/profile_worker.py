@@ -2,12 +2,14 @@
 backlog, its samples grouped by the part of the join they fall in; prints a Markdown table.
 
     .venv/bin/pip install -e '.[profile]'      # py-spy (`make` does not install it)
-    PYTHONPATH=. .venv/bin/python -m benchmarks.profile_worker [--impressions 500000] [--seconds 15]
+    PYTHONPATH=. .venv/bin/python -m benchmarks.profile_worker [--impressions 500000] [--seconds 8]
 
 A profile, not a benchmark: shares of the samples of both of the worker's threads (the
 event loop's and Faust's consumer thread), to see what to work on; rates and CPU per
 record are `benchmarks/bench_worker.py`'s. py-spy attaches to the worker process (ptrace:
-as root, or with kernel.yama.ptrace_scope 0) and slows it while it samples.
+as root, or with kernel.yama.ptrace_scope 0) and slows it while it samples. The compiled
+parts (tables/_fastjoin.pyx, _fastcheck.pyx) show as the Python frame that calls them
+(py-spy reads Python stacks): `WindowedJoin.process_many`, `JoinRunner._check`.
 """
 
 from __future__ import annotations
@@ -47,10 +49,10 @@ AREAS = [
 ]
 # Single functions worth seeing on their own, as a share of all samples (on the stack).
 FUNCTIONS = [
-    "PartitionStore.write",
-    "make",  # a faust.Record built (on arrival, or a stored partner for a result)
-    "WindowIndex.pop_due",
-    "SideCodec._accept.<locals>.accept",
+    "PartitionStore.write",  # a batch's state changes and checkpoint, one RocksDB write batch
+    "PartitionStore.get",  # a partner's value read back (the compiled loop calls it)
+    "JoinResults._results",  # results built for the handler (a stored partner decoded again)
+    "check_event",  # the reference app's own validate
     "FetchResult.getall",  # the consumer thread handing out a fetch's records
     "_GeneratorContextManager.__exit__",  # the collection deferred to a batch's end (tables/gcpacing.py)
 ]
@@ -140,7 +142,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--impressions", type=int, default=500_000)
-    parser.add_argument("--seconds", type=int, default=15, help="how long py-spy samples")
+    parser.add_argument("--seconds", type=int, default=8, help="how long py-spy samples")
     parser.add_argument("--timeout", type=float, default=120.0, help="for the worker's first record, seconds")
     args = parser.parse_args()
     print(profile(args.impressions, args.seconds, args.timeout))
