@@ -33,11 +33,17 @@ def test_the_reference_app_is_not_installed_so_a_users_own_app_module_wins(tmp_p
     assert "No module named 'app'" in missing.stderr
 
 
-def test_the_install_builds_the_compiled_join_loop() -> None:
-    """`make`'s install builds tables._fastjoin (setup.py) and the operator runs it: where a C
-    compiler is missing the install only warns, so CI (CI=true) checks it was built, or every
-    test of the compiled loop would skip and the worker would run the slower Python loop."""
-    probe = "import tables.operator as o, tables._fastjoin; print(o.COMPILED)"
+@pytest.mark.parametrize(
+    ("module", "user"),
+    [("tables._fastjoin", "tables.operator"), ("tables._fastcheck", "tables.codecs")],
+    ids=["join loop", "input check"],
+)
+def test_the_install_builds_the_compiled_parts(module: str, user: str) -> None:
+    """`make`'s install builds the compiled join loop and input check (setup.py) and the join
+    runs them (`COMPILED`): where a C compiler is missing the install only warns, so CI
+    (CI=true) checks they were built, or every test of them would skip and the worker would
+    run the slower Python code (docs/tables.md, "The compiled loop", "The compiled check")."""
+    probe = f"import {user} as user, {module}; print(user.COMPILED)"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=Path(__file__).resolve().parent.parent,
@@ -47,24 +53,6 @@ def test_the_install_builds_the_compiled_join_loop() -> None:
         timeout=60,
     )
     if done.returncode != 0 and os.environ.get("CI") != "true":
-        pytest.skip(f"tables._fastjoin is not built here: {done.stderr.strip()[-200:]}")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True"
-
-
-def test_the_install_builds_the_compiled_check() -> None:
-    """Likewise for tables._fastcheck (setup.py), the per-input-record check: built, and the
-    codecs take it (docs/tables.md, "The compiled check")."""
-    probe = "import tables.codecs as c, tables._fastcheck; print(c.COMPILED)"
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=Path(__file__).resolve().parent.parent,
-        env={k: v for k, v in os.environ.items() if k != "TANDEM_PURE_PYTHON"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if done.returncode != 0 and os.environ.get("CI") != "true":
-        pytest.skip(f"tables._fastcheck is not built here: {done.stderr.strip()[-200:]}")
+        pytest.skip(f"{module} is not built here: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"

@@ -250,6 +250,33 @@ def compiled_check() -> Iterator[None]:
 
 
 @settings(max_examples=1500, deadline=None)
+
+def codecs_for(
+    names: tuple[str, ...],
+    model: typing.Any,
+    key_type: typing.Any,
+    timestamp: str | None,
+    record_id: str | None,
+    max_value_bytes: int | None,
+    validated: bool,
+) -> tuple[dict[str, Validate], dict[str, SideCodec]]:
+    """One codec per name with the same options, each with its own counting `validate`."""
+    calls = {name: Validate() for name in names}
+    made = {
+        name: make_codec(
+            model,
+            key_type,
+            {
+                "timestamp": timestamp,
+                "record_id": record_id,
+                "max_value_bytes": max_value_bytes,
+                "validate": calls[name] if validated else None,
+            },
+        )
+        for name in names
+    }
+    return calls, made
+
 @given(
     st.sampled_from(sorted(MODELS)),
     st.sampled_from([str, str, int, bytes]),
@@ -270,20 +297,9 @@ def test_the_compiled_accept_decides_as_the_python_accept_and_check(
 ) -> None:
     model = MODELS[model_name]
     records = data.draw(st.lists(st.tuples(_keys, values(model), _offsets, _message_ts), max_size=8))
-    calls = {name: Validate() for name in ("check", "python", "compiled")}
-    made = {
-        name: make_codec(
-            model,
-            key_type,
-            {
-                "timestamp": timestamp,
-                "record_id": record_id,
-                "max_value_bytes": max_value_bytes,
-                "validate": calls[name] if validated else None,
-            },
-        )
-        for name in calls
-    }
+    calls, made = codecs_for(
+        ("check", "python", "compiled"), model, key_type, timestamp, record_id, max_value_bytes, validated
+    )
     compiled = made["compiled"]
     covered = record_id != "" and not (model is None and validated)
     assert compiled.compiled is covered
@@ -360,20 +376,9 @@ def test_well_formed_records_stay_on_the_compiled_path(
         mostly(*[st.integers(0, 2**63 - 1)] * 3, _edge_ints),
         mostly(*[st.integers(0, MAX_TS_MS)] * 3, _edge_ints),
     )
-    calls = {name: Validate() for name in ("python", "compiled")}
-    made = {
-        name: make_codec(
-            model,
-            key_type,
-            {
-                "timestamp": timestamp,
-                "record_id": record_id,
-                "max_value_bytes": max_value_bytes,
-                "validate": calls[name] if validated else None,
-            },
-        )
-        for name in calls
-    }
+    calls, made = codecs_for(
+        ("python", "compiled"), model, key_type, timestamp, record_id, max_value_bytes, validated
+    )
     handed: list[typing.Any] = []
 
     def handoff(*record: typing.Any) -> typing.Any:
