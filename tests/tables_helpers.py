@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -28,6 +29,19 @@ from tables.operator import JoinType, JoinWindow, Match
 from tables.state import JoinState
 from tables.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore
 from tables.testing import caught_up, read_records
+
+
+def compiled_at_import(module: str, pure_python: str) -> bool:
+    """`module.COMPILED` in a fresh interpreter with TANDEM_PURE_PYTHON=`pure_python` (the
+    variable is read once, at import: only a new process shows its effect)."""
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": repo, "TANDEM_PURE_PYTHON": pure_python}
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module} as m; print(m.COMPILED)"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.strip() in ("True", "False"), done.stderr
+    return done.stdout.strip() == "True"
 
 Record = tuple[str, dict[str, Any]]  # (side, value)
 

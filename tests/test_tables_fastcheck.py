@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import subprocess
-import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path
 
 import faust
 import orjson
@@ -27,6 +23,7 @@ from hypothesis import strategies as st
 
 from tables import codecs
 from tables.codecs import DROPPED, MAX_TS_MS, Accepted, SideCodec, key_check, value_form
+from tests.tables_helpers import compiled_at_import
 
 fastcheck = pytest.importorskip(
     "tables._fastcheck", reason="tables._fastcheck is not built (python setup.py build_ext --inplace)"
@@ -489,17 +486,8 @@ def test_raw_and_str_values_take_the_python_check() -> None:
 def test_the_check_is_chosen_once_at_import_and_switched_for_new_codecs() -> None:
     """Compiled unless TANDEM_PURE_PYTHON=1 (read once, at import); `use_compiled` chooses for
     the codecs made after it."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    probe = "import tables.codecs as c; print(c.COMPILED)"
-    for pure, expected in (("1", "False"), ("0", "True")):
-        done = subprocess.run(
-            [sys.executable, "-c", probe],
-            env={**env, "TANDEM_PURE_PYTHON": pure},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.stdout.strip() == expected, done.stderr
+    assert not compiled_at_import("tables.codecs", "1")
+    assert compiled_at_import("tables.codecs", "0")
     was = codecs.COMPILED
     try:
         codecs.use_compiled(False)

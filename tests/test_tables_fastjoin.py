@@ -8,9 +8,6 @@ mid-stream; a record lost from the state behind the index must fail alike."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +24,7 @@ from tables.keys import Side
 from tables.kv import KV, MemoryKV, Overlay
 from tables.operator import JoinType, JoinWindow, Match, WindowedJoin
 from tables.store import PartitionStore, open_store
+from tests.tables_helpers import compiled_at_import
 
 fastjoin = pytest.importorskip(
     "tables._fastjoin", reason="tables._fastjoin is not built (python setup.py build_ext --inplace)"
@@ -308,17 +306,8 @@ def outcome(twin: Twin, batch: list[Any]) -> tuple[Any, ...]:
 def test_process_many_selects_the_loop() -> None:
     """Compiled unless TANDEM_PURE_PYTHON=1 (read once, at import) or switched off; a subclass
     always runs the Python loop (the compiled one inlines the hooks it may override)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    probe = "import tables.operator as o; print(o.COMPILED)"
-    for pure, expected in (("1", "False"), ("0", "True")):
-        done = subprocess.run(
-            [sys.executable, "-c", probe],
-            env={**env, "TANDEM_PURE_PYTHON": pure},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.stdout.strip() == expected, done.stderr
+    assert not compiled_at_import("tables.operator", "1")
+    assert compiled_at_import("tables.operator", "0")
     if operator_module._built is None:
         pytest.skip("TANDEM_PURE_PYTHON=1 in this process")
     was = operator_module.COMPILED
