@@ -16,12 +16,12 @@ them. Rows:
 - `stored`: `SideCodec.value`, the record read back from the state for a result's partner
   (decode and build).
 
-Each row is run compiled (tables/_fastcheck.pyx) and in Python (the closure the compiled
+Each row is run compiled (tables/records/_fastcheck.pyx) and in Python (the closure the compiled
 one hands odd records to: what runs where it is not built, or with TANDEM_PURE_PYTHON=1),
 alternated round by round so a busy machine slows both alike. Reports the median CPU time
 (process_time) per record and the ratio. Python's garbage collector runs at its default
 thresholds unless `--gc-threshold` sets the youngest generation's (a worker runs with
-50,000, and 1,000,000 during a batch: tables/gcpacing.py). Before timing, both must give
+50,000, and 1,000,000 during a batch: tables/runtime/gcpacing.py). Before timing, both must give
 the same answer for every record.
 """
 
@@ -38,8 +38,8 @@ import orjson
 
 from app.records import MAX_VALUE_BYTES, Click, Impression, check_event
 from app.traffic import ad_events
-from tables import codecs
-from tables.codecs import SideCodec, key_check, value_form
+from tables.records import codecs
+from tables.records.codecs import SideCodec, key_check, value_form
 
 BATCH = 2000
 Record = tuple[bytes, bytes, int, int]  # key, value, offset, Kafka timestamp
@@ -118,7 +118,7 @@ def main() -> None:
     args = parser.parse_args()
     if not codecs.COMPILED:
         raise SystemExit(
-            "tables._fastcheck is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1"
+            "tables.records._fastcheck is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1"
         )
     if args.gc_threshold:
         gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])

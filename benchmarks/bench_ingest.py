@@ -31,11 +31,11 @@ from faust.types import TP
 from app.join import build
 from app.settings import JOIN_NAME, from_env
 from benchmarks.bench_tables import recent_events
-from tables.alignment import Aligner
-from tables.codecs import Accepted, SideCodec
-from tables.operator import Match
-from tables.results import JoinResults
-from tables.runtime import JoinRunner, runtime_of
+from tables.operators.windowed import Match
+from tables.records.alignment import Aligner
+from tables.records.codecs import Accepted, SideCodec
+from tables.runtime.results import JoinResults
+from tables.runtime.task import JoinRunner, runtime_of
 
 PARTITION = 0
 

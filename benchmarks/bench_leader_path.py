@@ -34,9 +34,10 @@ from typing import Any
 import faust
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
-from assignor import faust_adapter, plan, wire
-from assignor.baselines import FAUST_FULL, StaticCluster
-from assignor.faust_adapter import TandemAssignor, declare_join, tandem
+from assignor import plan, wire
+from assignor.comparisons.baselines import FAUST_FULL, StaticCluster
+from assignor.faust_adapter import partition_assignor as faust_adapter
+from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join, tandem
 from benchmarks.scenarios import EVENTS, Scenario, parse_size, steady
 
 PHASES = {  # module, function: what the leader path spends its time on
@@ -76,7 +77,7 @@ def leader(scenario: Scenario) -> tuple[TandemAssignor, StaticCluster, dict[str,
         logs = [t for t in group if t in scenario["changelog_topics"]]
         declare_join(app, [t for t in group if t not in logs], logs[0] if logs else None)
     assignor = tandem(app)
-    assignor.settings = type(assignor.settings)(standby_replicas=scenario["standby_replicas"])
+    assignor.faust_adapter.settings = type(assignor.faust_adapter.settings)(standby_replicas=scenario["standby_replicas"])
     changelogs = scenario["changelog_topics"]
     metadata = {
         m: ConsumerProtocolMemberMetadata(

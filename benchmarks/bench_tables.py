@@ -7,7 +7,7 @@
     .venv/bin/python -m benchmarks.bench_tables --only memory --memory-keys 10000000
 
 - stages: CPU per input record of each step a worker's batch takes, on the generic
-  state (`tables.partition.StatePartition`: RocksDB + write overlay + `WindowedJoin`),
+  state (`tables.state.partition.StatePartition`: RocksDB + write overlay + `WindowedJoin`),
   with the reference app's own input checks and result handling, without Kafka;
 - restore: a `tables.state.JoinState` restored from local files plus the changelog's
   tail, against a full replay of the changelog (a ratio measured in the same run);
@@ -39,14 +39,14 @@ from aiokafka import AIOKafkaProducer
 from app.records import ad_join
 from app.settings import JOIN_NAME, from_env
 from app.traffic import ad_events
-from tables import keys
-from tables.codecs import Accepted, SideCodec
-from tables.keys import Side
-from tables.operator import JoinType, JoinWindow
-from tables.partition import StatePartition
-from tables.producing import changelog_configs, create_topics
-from tables.state import JoinState
-from tables.store import PartitionStore
+from tables.kafka.batches import changelog_configs, create_topics
+from tables.operators import keys
+from tables.operators.keys import Side
+from tables.operators.windowed import JoinType, JoinWindow
+from tables.records.codecs import Accepted, SideCodec
+from tables.state.manager import JoinState
+from tables.state.partition import StatePartition
+from tables.state.store import PartitionStore
 from tables.testing import EmbeddedBroker
 
 WINDOW = JoinWindow()  # the reference app's: before 0, after 10 min, grace 1 min
@@ -75,7 +75,7 @@ def recent_events(impressions: int) -> list[Event]:
 def reference_codecs() -> dict[Side, SideCodec]:
     """The reference app's input checks, as its join runner holds them (no broker needed)."""
     from app.join import build
-    from tables.runtime import runtime_of
+    from tables.runtime.task import runtime_of
 
     settings = from_env()
     app = build(settings)

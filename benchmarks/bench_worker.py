@@ -23,7 +23,7 @@ group reading from the start and an empty state) on the embedded broker:
   the two inputs, the windowed join on RocksDB, results produced and acknowledged,
   changelog and state committed.
 - tandem (pure Python): the same worker with TANDEM_PURE_PYTHON=1: its per-record loop
-  and input check run as Python, not compiled (tables/_fastjoin.pyx, _fastcheck.pyx).
+  and input check run as Python, not compiled (tables/operators/_fastjoin.pyx, _fastcheck.pyx).
 - faust-table: the join written the usual way on Faust's own tables
   (benchmarks/faust_table_app.py): one Table keyed by auction id, one event at a
   time, Faust's RocksDB store and changelog; no expiry, no event-time order.
@@ -62,8 +62,8 @@ from rocksdict import Options, Rdict, WriteBatch
 from app.cluster import REPO, WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from app.traffic import ad_events, produce_events
-from tables.producing import changelog_configs, start_sending
-from tables.producing import create_topics as create_join_topics
+from tables.kafka.batches import changelog_configs, start_sending
+from tables.kafka.batches import create_topics as create_join_topics
 from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker
 
 PARTITIONS = 4

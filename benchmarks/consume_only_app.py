@@ -12,8 +12,8 @@ from faust.types import TP
 
 import app as _reference
 from app.settings import JOIN_NAME
-from assignor.faust_internals import InputRecord
-from tables.runtime import JoinRunner, runtime_of
+from assignor.faust_adapter.consumer import InputRecord
+from tables.runtime.task import JoinRunner, runtime_of
 
 app = _reference.app
 

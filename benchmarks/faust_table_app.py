@@ -11,7 +11,7 @@ for ever), late records, unmatched results, dead-letter topics.
 
 Faust's own assignor, and the reference app's Faust settings (app.join.faust_settings).
 Like the Tandem worker on the embedded broker it reads its fetch wait, follower sync
-delay and end offsets the way docs/embedded-broker.md says (assignor/faust_internals.py;
+delay and end offsets the way docs/embedded-broker.md says (assignor/faust_adapter/consumer.py;
 without the end offsets Faust's table recovery stops with ConsistencyError there).
 It serves the `/tandem/` fields the benchmarks poll, in the Tandem worker's shape
 (`joins: {"ad-join": {...}}`).
@@ -30,11 +30,11 @@ from faust.web import Request, Response, View
 
 from app.join import faust_settings
 from app.settings import JOIN_NAME, from_env
-from assignor import faust_internals
-from assignor.settings import TandemSettings
+from assignor.faust_adapter import consumer as faust_internals
+from assignor.faust_adapter.settings import TandemSettings
 from pipeline.records import Rejected, Side, validate
 from pipeline.semantics import result
-from tables.operator import JoinWindow
+from tables.operators.windowed import JoinWindow
 
 settings = from_env()
 app = faust.App(settings.app_id, **faust_settings(settings))

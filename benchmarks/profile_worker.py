@@ -8,7 +8,7 @@ A profile, not a benchmark: shares of the samples of both of the worker's thread
 event loop's and Faust's consumer thread), to see what to work on; rates and CPU per
 record are `benchmarks/bench_worker.py`'s. py-spy attaches to the worker process (ptrace:
 as root, or with kernel.yama.ptrace_scope 0) and slows it while it samples. The compiled
-parts (tables/_fastjoin.pyx, _fastcheck.pyx) show as the Python frame that calls them
+parts (tables/operators/_fastjoin.pyx, _fastcheck.pyx) show as the Python frame that calls them
 (py-spy reads Python stacks): `WindowedJoin.process_many`, `JoinRunner._check`.
 """
 
@@ -39,7 +39,7 @@ AREAS = [
     ("event-time alignment (release)", "JoinRunner._release"),
     ("the operator (partners, index, expiry)", "WindowedJoin.process_many"),
     ("the app's handler and its results", "app/join.py"),
-    ("the app's handler and its results", "tables/results.py"),
+    ("the app's handler and its results", "tables/runtime/results.py"),
     ("results and dead letters produced", "JoinRunner._send_output"),
     ("changelog produced, state written to RocksDB", "JoinState.commit"),
     ("aiokafka's producer (requests)", "aiokafka/producer"),
@@ -54,7 +54,7 @@ FUNCTIONS = [
     "JoinResults._results",  # results built for the handler (a stored partner decoded again)
     "check_event",  # the reference app's own validate
     "FetchResult.getall",  # the consumer thread handing out a fetch's records
-    "_GeneratorContextManager.__exit__",  # the collection deferred to a batch's end (tables/gcpacing.py)
+    "_GeneratorContextManager.__exit__",  # the collection deferred to a batch's end (tables/runtime/gcpacing.py)
 ]
 
 

@@ -17,7 +17,7 @@ from datetime import timedelta
 import faust
 from faust.web import Request, Response, View
 
-from assignor.faust_adapter import TandemAssignor
+from assignor.faust_adapter.partition_assignor import TandemAssignor
 from tables import JoinInput, JoinResults, join
 
 PARTITIONS = int(os.environ.get("ORDERS_PARTITIONS", "4"))

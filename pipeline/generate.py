@@ -5,7 +5,7 @@ later. Records arrive in an order of their own: a little jitter for all, more
 for an out-of-order share, far more for a late share (past the join's grace),
 plus duplicate deliveries and malformed records. The output is what the two
 topics would hold: per record its Kafka `partition` (murmur2 of the key, as the
-Java client and aiokafka choose it: `tables.partitioners`), the raw `key` and
+Java client and aiokafka choose it: `tables.records.partitioners`), the raw `key` and
 `value` bytes, and `seq`, the record's place in the merged arrival order of both
 topics on that partition.
 `seq` lets the batch twin reproduce stream time and lateness exactly.
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tables.partitioners import partitions_for
+from tables.records.partitioners import partitions_for
 
 CHUNK_SCHEMA = (
     "topic string, partition int, arrival_ms long, tiebreak double, key binary, value binary"

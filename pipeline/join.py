@@ -5,7 +5,7 @@ stream (docs/join-semantics.md), computed in bulk instead of record by record
 (`pipeline.semantics` is the record-by-record statement it is tested against):
 
 0. a record whose key belongs to another partition than the one it was read from
-   (under `params.partitioner`; `tables.partitioners.find_misplaced`, the stream's
+   (under `params.partitioner`; `tables.records.partitioners.find_misplaced`, the stream's
    check) is *misplaced*: skipped before anything else, reported on its own;
 1. decode every record with `tables.records.validate`; skip the rejected ones;
 2. stream time before each record = the running max of `ts` over the records
@@ -36,7 +36,7 @@ from pipeline.generate import META_FILE
 from pipeline.kafka import offsets
 from pipeline.records import Rejected, validate
 from pipeline.semantics import JoinParams
-from tables.partitioners import PARTITIONERS, Partitioner, find_misplaced, misplaced_reason
+from tables.records.partitioners import PARTITIONERS, Partitioner, find_misplaced, misplaced_reason
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -5,13 +5,13 @@ clicks and their changelog co-partitioned, sometimes a stateless lone topic) on
 a random cluster (members, hosts, racks, standby replicas), followed by one churn
 event: members join, leave, restart with their state on disk, or are replaced.
 Every strategy answers the same scenario (docs/scenario-format.md); the
-assignor's own metrics (`assignor.metrics`, independent of the planner) score it:
+assignor's own metrics (`assignor.comparisons.metrics`, independent of the planner) score it:
 moves against the optimum, balance, warm promotions (moved tasks landing on a
 member holding their state), cold restores (state rebuilt from the changelog),
 co-partitioning and standby coverage.
 
 Strategies are pluggable: `tandem` (assignor.plan), the baselines of
-`assignor.baselines` when present (faust-full, faust-core, round-robin, range),
+`assignor.comparisons.baselines` when present (faust-full, faust-core, round-robin, range),
 or any `module:function` taking a scenario and returning an assignment.
 """
 
@@ -58,7 +58,7 @@ def available_strategies() -> dict[str, Strategy]:
     except ImportError:
         pass
     try:
-        from assignor.baselines import BASELINES
+        from assignor.comparisons.baselines import BASELINES
     except ImportError:
         BASELINES = {}  # noqa: N806 - mirrors the optional module's name
     found.update({name: strategy for name, strategy in BASELINES.items()})
@@ -187,7 +187,7 @@ def churn(spec: ChurnSpec, rng: np.random.Generator) -> Scenario:
 
 
 def run_scenario(seed: int, scenario: int, strategies: dict[str, Strategy]) -> list[dict[str, Any]]:
-    from assignor.metrics import measure, optimum_moves
+    from assignor.comparisons.metrics import measure, optimum_moves
 
     spec = ChurnSpec.draw(seed, scenario)
     problem = churn(spec, np.random.default_rng([seed, scenario, 1]))

@@ -7,7 +7,7 @@
         async for key, order, payment, ts in results:
             ...
 
-Declaring a join is all an app does: the runtime (tables/runtime.py) declares the
+Declaring a join is all an app does: the runtime (tables/runtime/task.py) declares the
 join's co-partition group to Tandem's assignor, checks partition counts at start-up,
 dead-letters bad records, aligns the inputs by event time, keeps the state in RocksDB
 with its changelog, restores and replicates it, and commits input offsets only once
@@ -24,10 +24,10 @@ from tables.api import (
     Partitioner,
     join,
 )
-from tables.codecs import MAX_TS_MS
-from tables.results import JoinBatch, JoinResults
+from tables.records.codecs import MAX_TS_MS
+from tables.runtime.results import JoinBatch, JoinResults
+from tables.runtime.startup import JoinStartupError
 from tables.settings import RuntimeSettings
-from tables.startup import JoinStartupError
 
 __all__ = [
     "MAX_TS_MS",

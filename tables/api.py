@@ -8,7 +8,7 @@
         async for key, order, payment, ts in results:
             ...
 
-Everything that makes the join correct is the framework's: see tables/runtime.py.
+Everything that makes the join correct is the framework's: see tables/runtime/task.py.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
 
 from faust.types import AppT, TableT, TopicT
 
-from tables.codecs import IdSpec, TimestampSpec, Validate
-from tables.operator import JoinType, JoinWindow
+from tables.operators.windowed import JoinType, JoinWindow
+from tables.records.codecs import IdSpec, TimestampSpec, Validate
 
 if TYPE_CHECKING:
-    from tables.results import JoinResults
+    from tables.runtime.results import JoinResults
 
 K = TypeVar("K")
 L = TypeVar("L")
@@ -250,7 +250,7 @@ def join(
     """
 
     def register(handler: Handler) -> JoinSpec:
-        from tables.runtime import runtime_of
+        from tables.runtime.task import runtime_of
 
         spec = JoinSpec(
             app=app,

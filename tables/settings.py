@@ -17,7 +17,7 @@ held records, Faust's own): at Python's default threshold (700 allocations) ever
 collection walks them all, a fifth of the worker's CPU (docs/bench/worker.md). The
 worker raises the threshold when it starts (never lowers one the app set higher);
 0 leaves Python's settings alone. While a batch runs, the collection is deferred to its end,
-when the batch's own objects are freed (tables/gcpacing.py).
+when the batch's own objects are freed (tables/runtime/gcpacing.py).
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from rocksdict import AccessType, Options, Rdict
 
 from pipeline.records import Rejected, validate
 from pipeline.semantics import result as ad_result
-from tables.operator import JoinType, JoinWindow, Match
-from tables.state import JoinState
-from tables.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore
+from tables.operators.windowed import JoinType, JoinWindow, Match
+from tables.state.manager import JoinState
+from tables.state.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore
 from tables.testing import caught_up, read_records
 
 

@@ -33,8 +33,8 @@ from rocksdict import Options, Rdict
 
 from app.cluster import WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
-from tables.datadir import LOCK_FILE
-from tables.store import (
+from tables.state.datadir import LOCK_FILE
+from tables.state.store import (
     DAMAGED_DIR,
     FORMAT_FILE,
     FORMAT_KEY,
@@ -544,7 +544,7 @@ def test_a_second_worker_on_the_same_data_dir_refuses_and_the_first_runs_on(setu
 
 def test_a_store_of_a_newer_format_is_refused_and_left_untouched(setup: Setup) -> None:
     """A rollback: partition 0's store written by the next state format (its key in RocksDB and
-    the format file next to it, as tables/store.py requires of a version that bumps the format).
+    the format file next to it, as tables/state/store.py requires of a version that bumps the format).
     The worker stops before it joins its group, naming the store; not a file of it changes."""
     worker = setup.worker()
     state = setup.state_dir(worker)

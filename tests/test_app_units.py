@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from app.settings import from_env
 from app.traffic import Traffic
-from assignor import faust_internals
-from assignor.settings import TandemSettings
+from assignor.faust_adapter import consumer as faust_internals
+from assignor.faust_adapter.settings import TandemSettings
 from pipeline.records import Rejected, validate
-from tables.codecs import Accepted
-from tables.view import render_html
+from tables.records.codecs import Accepted
+from tables.web.view import render_html
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +51,7 @@ DAY = 24 * 3600 * 1000
 def _codecs() -> dict[str, object]:
     import app.join
     from app.settings import from_env
-    from tables.runtime import runtime_of
+    from tables.runtime.task import runtime_of
 
     built = app.join.build(from_env())
     return runtime_of(built).runners["ad-join"].codecs  # type: ignore[return-value]

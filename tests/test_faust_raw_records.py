@@ -12,9 +12,9 @@ import pytest
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.consumer.fetcher import PartitionRecords
 
-from assignor import faust_internals
-from assignor.faust_internals import RawRecords, install_raw_records, raw_record_problems
-from tables.producing import create_topics
+from assignor.faust_adapter import consumer as faust_internals
+from assignor.faust_adapter.consumer import RawRecords, install_raw_records, raw_record_problems
+from tables.kafka.batches import create_topics
 from tables.testing import read_records
 
 STAMP_MS = 1_700_000_000_000

@@ -16,10 +16,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
-from assignor import faust_internals, wire
-from assignor.faust_adapter import TandemAssignor, declare_join
-from assignor.faust_scenario import Join, MemberInfo, Warmups, build_scenario
-from assignor.settings import SettingsError, TandemSettings
+from assignor import wire
+from assignor.faust_adapter import consumer as faust_internals
+from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join
+from assignor.faust_adapter.scenario import Join, MemberInfo, Warmups, build_scenario
+from assignor.faust_adapter.settings import SettingsError, TandemSettings
 from assignor.wire import Assignment, RebalanceStats, Subscription
 from tables.testing import EmbeddedBroker, create_topics
 
@@ -38,7 +39,7 @@ def _leader(**settings: object) -> TandemAssignor:
                     PartitionAssignor=TandemAssignor, web_enabled=False)  # fmt: skip
     declare_join(app, ["impressions", "clicks"], "cl")
     assignor: TandemAssignor = app.assignor  # type: ignore[assignment]
-    assignor.settings = dataclasses.replace(assignor.settings, **settings)  # type: ignore[arg-type]
+    assignor.faust_adapter.settings = dataclasses.replace(assignor.faust_adapter.settings, **settings)  # type: ignore[arg-type]
     return assignor
 
 

@@ -35,7 +35,7 @@ def test_the_reference_app_is_not_installed_so_a_users_own_app_module_wins(tmp_p
 
 @pytest.mark.parametrize(
     ("module", "user"),
-    [("tables._fastjoin", "tables.operator"), ("tables._fastcheck", "tables.codecs")],
+    [("tables.operators._fastjoin", "tables.operators.windowed"), ("tables.records._fastcheck", "tables.records.codecs")],
     ids=["join loop", "input check"],
 )
 def test_the_install_builds_the_compiled_parts(module: str, user: str) -> None:

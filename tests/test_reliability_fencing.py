@@ -19,7 +19,7 @@ import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from assignor import wire
-from assignor.faust_adapter import TandemAssignor, declare_join
+from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join
 from assignor.wire import Subscription
 
 JOIN = ["impressions", "clicks", "cl"]
@@ -39,7 +39,7 @@ def _leader() -> TandemAssignor:
     assignor: TandemAssignor = app.assignor  # type: ignore[assignment]
     # Fencing alone: without warm-ups a new member gets its balanced share in this round
     # (with them, its share would wait for warm-ups: tests/test_faust_warmups.py).
-    assignor.settings = dataclasses.replace(assignor.settings, warmups=False)
+    assignor.faust_adapter.settings = dataclasses.replace(assignor.faust_adapter.settings, warmups=False)
     return assignor
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import faust
 import pytest
 
-from assignor.faust_adapter import TandemAssignor, tandem
+from assignor.faust_adapter.partition_assignor import TandemAssignor, tandem
 from tables import JoinDeclarationError, JoinInput, JoinResults, join
-from tables.operator import JoinType, JoinWindow
-from tables.runtime import runtime_of
+from tables.operators.windowed import JoinType, JoinWindow
+from tables.runtime.task import runtime_of
 
 
 def new_app(**conf: Any) -> faust.App:

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from tables.keys import meta_key
-from tables.kv import MemoryKV
-from tables.operator import JoinType, JoinWindow, WindowedJoin
-from tables.state import JoinState
+from tables.operators.keys import meta_key
+from tables.operators.kv import MemoryKV
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
+from tables.state.manager import JoinState
 from tables.testing import EmbeddedBroker, create_topics
 from tests.tables_helpers import (
     ad_data,

@@ -1,4 +1,4 @@
-"""The compiled per-input-record check (tables/_fastcheck.pyx) against the Python accept it
+"""The compiled per-input-record check (tables/records/_fastcheck.pyx) against the Python accept it
 hands odd records to (`SideCodec._accept`, the reference) and against `SideCodec.check`, on
 random records and join options: the same decision (the same rejection and reason, or the
 same exception), the same timestamp and id, the same built record (its type and its
@@ -21,12 +21,12 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tables import codecs
-from tables.codecs import DROPPED, MAX_TS_MS, Accepted, SideCodec, key_check, value_form
+from tables.records import codecs
+from tables.records.codecs import DROPPED, MAX_TS_MS, Accepted, SideCodec, key_check, value_form
 from tests.tables_helpers import compiled_at_import
 
 fastcheck = pytest.importorskip(
-    "tables._fastcheck", reason="tables._fastcheck is not built (python setup.py build_ext --inplace)"
+    "tables.records._fastcheck", reason="tables.records._fastcheck is not built (python setup.py build_ext --inplace)"
 )
 
 app = faust.App("fastcheck-test", broker="kafka://127.0.0.1:1")
@@ -486,8 +486,8 @@ def test_raw_and_str_values_take_the_python_check() -> None:
 def test_the_check_is_chosen_once_at_import_and_switched_for_new_codecs() -> None:
     """Compiled unless TANDEM_PURE_PYTHON=1 (read once, at import); `use_compiled` chooses for
     the codecs made after it."""
-    assert not compiled_at_import("tables.codecs", "1")
-    assert compiled_at_import("tables.codecs", "0")
+    assert not compiled_at_import("tables.records.codecs", "1")
+    assert compiled_at_import("tables.records.codecs", "0")
     was = codecs.COMPILED
     try:
         codecs.use_compiled(False)

@@ -1,4 +1,4 @@
-"""The join with its index in memory (tables/index.py), a batch at a time, against the join as
+"""The join with its index in memory (tables/operators/window_index.py), a batch at a time, against the join as
 it was with its index stored in RocksDB (tests/stored_index_join.py), both over real RocksDB stores: same
 matches, counters, changelog and stored records after every batch, after a restart (the
 index loaded again from the files) and after a restore from the changelog. And a store of
@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocksdict import Rdict
 
-from tables import keys
-from tables import store as store_module
-from tables.keys import Side
-from tables.kv import Overlay
-from tables.operator import JoinType, JoinWindow, Match
-from tables.partition import StatePartition
-from tables.store import FORMAT_KEY, open_store
+from tables.operators import keys
+from tables.operators.keys import Side
+from tables.operators.kv import Overlay
+from tables.operators.windowed import JoinType, JoinWindow, Match
+from tables.state import store as store_module
+from tables.state.partition import StatePartition
+from tables.state.store import FORMAT_KEY, open_store
 from tests.stored_index_join import StoredIndexJoin
 
 # Every test here with each loop of the operator (tests/conftest.py).

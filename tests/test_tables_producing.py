@@ -15,9 +15,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from assignor import faust_internals
-from assignor.faust_internals import batch_problems, fill_batch
-from tables.producing import create_topics, send_records, start_sending
+from assignor.faust_adapter import consumer as faust_internals
+from assignor.faust_adapter.consumer import batch_problems, fill_batch
+from tables.kafka.batches import create_topics, send_records, start_sending
 
 BATCH_SIZE = 16384  # aiokafka's default max_batch_size
 STAMP_MS = 1_700_000_000_000

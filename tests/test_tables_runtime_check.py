@@ -1,4 +1,4 @@
-"""`JoinRunner._check` (tables/runtime.py) on the reference app's own join runner, without a
+"""`JoinRunner._check` (tables/runtime/task.py) on the reference app's own join runner, without a
 broker: what a fetch of one topic partition becomes (held records, dead letters with their
 reasons, null values counted, the next offset to read), including a fetch whose every
 record belongs to another partition."""
@@ -16,11 +16,11 @@ from faust.types import TP
 
 from app.join import build
 from app.settings import JOIN_NAME, from_env
-from assignor import faust_internals
-from tables.operator import Match
-from tables.partitioners import partition_for
-from tables.results import Feed, JoinResults
-from tables.runtime import JoinRunner, runtime_of
+from assignor.faust_adapter import consumer as faust_internals
+from tables.operators.windowed import Match
+from tables.records.partitioners import partition_for
+from tables.runtime.results import Feed, JoinResults
+from tables.runtime.task import JoinRunner, runtime_of
 
 PARTITIONS = 4
 

@@ -1,4 +1,4 @@
-"""Restore, rebalances and standbys of a join's state (tables/state.py) on the real embedded broker."""
+"""Restore, rebalances and standbys of a join's state (tables/state/manager.py) on the real embedded broker."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tables.operator import JoinType, JoinWindow, Match
-from tables.producing import changelog_configs, create_topics
-from tables.state import JoinState
+from tables.kafka.batches import changelog_configs, create_topics
+from tables.operators.windowed import JoinType, JoinWindow, Match
+from tables.state.manager import JoinState
 from tables.testing import EmbeddedBroker
 from tests.tables_helpers import comparable, dump
 

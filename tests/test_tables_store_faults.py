@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from tables import store as store_module
-from tables.datadir import LOCK_FILE, DataDirError, DataDirLocked, check_data_dir, lock_data_dir
-from tables.store import (
+from tables.state import store as store_module
+from tables.state.datadir import LOCK_FILE, DataDirError, DataDirLocked, check_data_dir, lock_data_dir
+from tables.state.store import (
     CHECKPOINT_KEY,
     DAMAGED_DIR,
     FORMAT_FILE,
@@ -186,7 +186,7 @@ def damage_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "tables.store" and r.levelno == logging.WARNING and "is damaged" in r.getMessage()
+        if r.name == "tables.state.store" and r.levelno == logging.WARNING and "is damaged" in r.getMessage()
     ]
 
 
@@ -227,7 +227,7 @@ def test_damaged_store_is_moved_aside_and_replaced(
     damage(path)
     before = damage_counts().get(reason, 0)
 
-    with caplog.at_level(logging.WARNING, logger="tables.store"):
+    with caplog.at_level(logging.WARNING, logger="tables.state.store"):
         store = open_store(path)
 
     assert store.damage is not None and store.damage.reason == reason, store.damage
@@ -295,7 +295,7 @@ def test_a_healthy_store_reopens_untouched_after_its_process_was_killed(tmp_path
     path = tmp_path / "joins" / "0"
     done = child(f"""
         import os
-        from tables.store import PartitionStore
+        from tables.state.store import PartitionStore
         store = PartitionStore({str(path)!r})
         for batch in range(5):
             store.write({{b"r%d-%04d" % (batch, n): b"v" for n in range(1000)}}, batch)
@@ -444,7 +444,7 @@ def test_safe_checkpoint_reads_a_store_open_in_another_process(tmp_path: Path) -
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
-            from tables.store import PartitionStore
+            from tables.state.store import PartitionStore
             store = PartitionStore({str(path)!r})
             store.write({{b"r0-0000": b"v"}}, 12)
             print("written", flush=True)
@@ -481,15 +481,15 @@ def test_safe_checkpoint_is_none_for_an_unreadable_store_and_logs_once(
     fill_store(path)
     assert safe_checkpoint(path) == BATCHES - 1
     damage(path)
-    with caplog.at_level(logging.WARNING, logger="tables.store"):
+    with caplog.at_level(logging.WARNING, logger="tables.state.store"):
         assert safe_checkpoint(path) is None
         assert safe_checkpoint(path) is None
-    messages = [r.getMessage() for r in caplog.records if r.name == "tables.store"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "tables.state.store"]
     assert len(messages) == 1 and str(path) in messages[0]
 
 
 def test_safe_checkpoint_of_nothing_is_none_quietly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="tables.store"):
+    with caplog.at_level(logging.DEBUG, logger="tables.state.store"):
         assert safe_checkpoint(tmp_path / "joins" / "0") is None
         store = PartitionStore(tmp_path / "joins" / "1")  # open, nothing written yet
         assert safe_checkpoint(tmp_path / "joins" / "1") is None
@@ -502,7 +502,7 @@ def test_safe_checkpoint_of_a_store_this_user_cannot_read(public_tmp: Path) -> N
     fill_store(path)
     path.chmod(0o700)
     done = child(f"""
-        from tables.store import safe_checkpoint
+        from tables.state.store import safe_checkpoint
         print(safe_checkpoint({str(path)!r}))
     """, user=NOBODY)
     assert done.returncode == 0 and done.stdout == "None\n", done.stderr
@@ -524,7 +524,7 @@ def test_a_second_process_cannot_take_the_data_dir(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
-            from tables.datadir import lock_data_dir
+            from tables.state.datadir import lock_data_dir
             lock = lock_data_dir({str(tmp_path)!r})
             print("locked", flush=True)
             sys.stdin.read()
@@ -554,7 +554,7 @@ def test_a_store_open_in_another_process_is_refused_not_moved(tmp_path: Path) ->
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
-            from tables.store import PartitionStore
+            from tables.state.store import PartitionStore
             store = PartitionStore({str(path)!r})
             print("open", flush=True)
             sys.stdin.read()
@@ -601,7 +601,7 @@ def test_a_data_dir_this_user_cannot_write(public_tmp: Path) -> None:
     data = public_tmp / "data"
     data.mkdir()
     done = child(f"""
-        from tables.datadir import DataDirError, check_data_dir
+        from tables.state.datadir import DataDirError, check_data_dir
         try:
             check_data_dir({str(data)!r})
         except DataDirError as error:
@@ -618,7 +618,7 @@ def test_a_partition_directory_this_user_cannot_write(public_tmp: Path) -> None:
     os.chown(data, NOBODY, NOBODY)
     os.chown(data / "joins", NOBODY, NOBODY)
     done = child(f"""
-        from tables.datadir import DataDirError, check_data_dir
+        from tables.state.datadir import DataDirError, check_data_dir
         try:
             check_data_dir({str(data)!r})
         except DataDirError as error:
@@ -679,7 +679,7 @@ def test_write_past_file_size_limit_fails_clearly_and_loses_nothing(tmp_path: Pa
     path = tmp_path / "joins" / "0"
     done = child(f"""
         import os, resource, signal
-        from tables.store import PartitionStore, StoreWriteError
+        from tables.state.store import PartitionStore, StoreWriteError
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         store = PartitionStore({str(path)!r})
         for batch in range(3):
@@ -713,7 +713,7 @@ def test_a_truncated_manifest_after_a_kill_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "joins" / "0"
     done = child(f"""
         import os
-        from tables.store import PartitionStore
+        from tables.state.store import PartitionStore
         store = PartitionStore({str(path)!r})
         for batch in range(3):
             store.write({{b"r%d-%04d" % (batch, n): b"v" for n in range(1000)}}, batch)
