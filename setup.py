@@ -17,7 +17,9 @@ from setuptools import Extension, setup
 try:
     from Cython.Build import cythonize
 except ImportError:
-    warnings.warn("Cython is not installed: tables.operators._fastjoin and _fastcheck are not built", stacklevel=1)
+    warnings.warn(
+        "Cython is not installed: tables.operators._fastjoin and _fastcheck are not built", stacklevel=1
+    )
     extensions = []
 else:
     extensions = cythonize(

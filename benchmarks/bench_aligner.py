@@ -1,4 +1,5 @@
-"""CPU per input record of the event-time aligner (tables/records/alignment.py, issue 15); prints a Markdown table.
+"""CPU per input record of the event-time aligner (tables/records/alignment.py, issue 15); prints a
+Markdown table.
 
     .venv/bin/python -m benchmarks.bench_aligner [--impressions 200000] [--batch 4000] [--rounds 3]
 

@@ -7,7 +7,7 @@ The ad events of app/traffic.py (impressions and clicks, keyed by auction id, st
 now on so the app's own check passes them) through `SideCodec.accept` with the reference
 app's options (app/join.py: str keys, `Impression`/`Click` records in JSON, `validate=
 check_event`, `timestamp="ts"`, `id="event_id"`, `max_value_bytes`), one call per record
-as `JoinRunner._check` makes them, results kept per batch of 2,000 as the runtime keeps
+as `Intake.check` makes them, results kept per batch of 2,000 as the runtime keeps
 them. Rows:
 
 - `accept`: the join's check as the app declares it;
@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--gc-threshold", type=int, help="the youngest generation's GC threshold")
     args = parser.parse_args()
-    if not codecs.COMPILED:
+    if not codecs.CHECK.active:
         raise SystemExit(
             "tables.records._fastcheck is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1"
         )
@@ -126,11 +126,11 @@ def main() -> None:
     count = sum(len(rows) for rows in by_side.values())
     with_validate, without = side_codecs(True), side_codecs(False)
     assert all(c.compiled for c in (*with_validate.values(), *without.values()))
-    codecs.use_compiled(False)
+    codecs.CHECK.use(False)
     try:
         python_values = {side: c.value for side, c in side_codecs(False).items()}
     finally:
-        codecs.use_compiled(True)
+        codecs.CHECK.use(True)
     # name: (compiled run, Python run)
     rows: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {}
     for name, made in (("accept", with_validate), ("accept, no validate", without)):

@@ -1,6 +1,6 @@
 """What Faust's consumer thread spends handing out one fetched record of a join input:
 aiokafka's ConsumerRecord per record, against the fetched record itself
-(`faust_internals.RawRecords`); prints a Markdown table.
+(`RawRecords`); prints a Markdown table.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_fetched_records [--records 10000] [--rounds 9]
 

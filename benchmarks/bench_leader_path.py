@@ -77,7 +77,7 @@ def leader(scenario: Scenario) -> tuple[TandemAssignor, StaticCluster, dict[str,
         logs = [t for t in group if t in scenario["changelog_topics"]]
         declare_join(app, [t for t in group if t not in logs], logs[0] if logs else None)
     assignor = tandem(app)
-    assignor.faust_adapter.settings = type(assignor.faust_adapter.settings)(standby_replicas=scenario["standby_replicas"])
+    assignor.settings = type(assignor.settings)(standby_replicas=scenario["standby_replicas"])
     changelogs = scenario["changelog_topics"]
     metadata = {
         m: ConsumerProtocolMemberMetadata(

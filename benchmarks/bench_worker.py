@@ -62,8 +62,9 @@ from rocksdict import Options, Rdict, WriteBatch
 from app.cluster import REPO, WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from app.traffic import ad_events, produce_events
-from tables.kafka.batches import changelog_configs, start_sending
-from tables.kafka.batches import create_topics as create_join_topics
+from tables.kafka.batches import start_sending
+from tables.kafka.topics import changelog_configs
+from tables.kafka.topics import create_topics as create_join_topics
 from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker
 
 PARTITIONS = 4
@@ -409,8 +410,7 @@ async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[s
                 runs.append(
                     f"{name} round {n + 1}: {wall_rate:,.0f}/s wall, {cpu_us:.1f} µs CPU per record "
                     f"({run['records']:,} records timed), {run['results']:,} results, {run['late']:,} "
-                    f"late, {run['forced']:,} released before their turn"
-                    + _start_note(run)
+                    f"late, {run['forced']:,} released before their turn" + _start_note(run)
                 )
                 per_round[-1][name] = wall_rate
                 old = best.get(name, (0.0, float("inf")))

@@ -107,4 +107,3 @@ async def add_to_totals(stream: faust.StreamT[int]) -> None:
 async def total(web: View, request: Request, customer: str) -> Response:
     """A customer's total, answered by the worker that owns it (Faust routes the request)."""
     return web.json({"customer": customer, "cents": totals[customer]})
-

@@ -40,8 +40,7 @@ METRICS = [
 RESULT_SCHEMA = (
     "scenario long, strategy string, members int, partitions int, replicas int, "
     "members_per_host int, racks int, lone_topic boolean, event string, changed int, "
-    "optimum int, excess int, plan_ms double, error string, "
-    + ", ".join(f"{m} int" for m in METRICS)
+    "optimum int, excess int, plan_ms double, error string, " + ", ".join(f"{m} int" for m in METRICS)
 )
 
 
@@ -233,20 +232,17 @@ def sweep_batches(
         yield frame
 
 
-def simulate(spark: Any, seed: int, scenarios: int, names: list[str], out: Path,
-             full_every: int = 10, slices: int = 64) -> Any:
+def simulate(
+    spark: Any, seed: int, scenarios: int, names: list[str], out: Path, full_every: int = 10, slices: int = 64
+) -> Any:
     """Run the sweep on Spark and write OUT/results (Parquet); returns the results frame."""
     ids = spark.range(0, scenarios, numPartitions=max(1, min(slices, scenarios)))
-    results = ids.mapInPandas(
-        lambda batches: sweep_batches(batches, seed, names, full_every), RESULT_SCHEMA
-    )
+    results = ids.mapInPandas(lambda batches: sweep_batches(batches, seed, names, full_every), RESULT_SCHEMA)
     results.write.mode("overwrite").parquet(str(out / "results"))
     return spark.read.parquet(str(out / "results"))
 
 
-def summarize(
-    results: Any, names: list[str]
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def summarize(results: Any, names: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per strategy, per (strategy, event) and per (strategy, members): the aggregates.
 
     `excess` is moves minus the fewest moves of any balanced assignment, so an
@@ -299,8 +295,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body])
 
 
-def plot(by_event: pd.DataFrame, by_size: pd.DataFrame, by_strategy: pd.DataFrame,
-         path: Path) -> None:
+def plot(by_event: pd.DataFrame, by_size: pd.DataFrame, by_strategy: pd.DataFrame, path: Path) -> None:
     """Four panels: excess moves by event, by cluster size; restores; balance and optimality."""
     import matplotlib
 
@@ -365,14 +360,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sweep churn scenarios (cluster sizes, standbys, hosts and racks, joins, "
         "leaves, restarts) over assignment strategies in parallel on Spark.",
     )
-    parser.add_argument("--out", type=Path, required=True,
-                        help="directory for results/ (Parquet), summary.md, simulate.png")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="directory for results/ (Parquet), summary.md, simulate.png"
+    )
     parser.add_argument("--scenarios", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--strategies", default=None,
-                        help="comma-separated names or module:function (default: all available)")
-    parser.add_argument("--faust-full-every", type=int, default=10,
-                        help="run faust-full (~90 ms a call) on every n-th scenario (default 10)")
+    parser.add_argument(
+        "--strategies", default=None, help="comma-separated names or module:function (default: all available)"
+    )
+    parser.add_argument(
+        "--faust-full-every",
+        type=int,
+        default=10,
+        help="run faust-full (~90 ms a call) on every n-th scenario (default 10)",
+    )
     parser.add_argument("--slices", type=int, default=64, help="Spark tasks (default 64)")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     return parser
@@ -389,14 +390,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     spark = session(args.master, "tandem-simulate")
     with progress(spark, "simulate"):
-        results = simulate(spark, args.seed, args.scenarios, names, args.out,
-                           args.faust_full_every, args.slices)
+        results = simulate(
+            spark, args.seed, args.scenarios, names, args.out, args.faust_full_every, args.slices
+        )
         frames = summarize(results, names)
     command = "python -m pipeline simulate " + " ".join(argv or [])
     print(write_report(args.out, command, frames))
     (args.out / "summary.json").write_text(frames[0].to_json(orient="records", indent=2))
-    print(f"simulate: done in {time.monotonic() - began:.1f} s; see {args.out}/summary.md "
-          f"and {args.out}/simulate.png", flush=True)
+    print(
+        f"simulate: done in {time.monotonic() - began:.1f} s; see {args.out}/summary.md "
+        f"and {args.out}/simulate.png",
+        flush=True,
+    )
     return 0
 
 

@@ -32,6 +32,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 ENV_PREFIX = "TANDEM_"
 _ENV_NAMES = {"data_dir": "TANDEM_JOIN_DIR"}
+# Record batches of the join's own sends (results, dead letters, changelog): the producer's own
+# are `producer_max_batch_size` (16 KB by default), made for records trickling in under
+# linger_ms; the join hands over thousands at once, and 16 KB batches meant ~40 produce requests
+# per partition and batch, one after the other (docs/bench/worker.md). Within Kafka's default
+# 1 MB per batch (message.max.bytes).
+SEND_BATCH_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -44,14 +50,18 @@ class RuntimeSettings:
     data_dir: Path | None = None
     gc_threshold: int = 50_000
     gc_batch_threshold: int = 1_000_000  # 0 (collect mid-batch): ~10 % more CPU per record
-    send_batch_bytes: int = 512 * 1024  # 16 KB (the producer's own): ~15 % more CPU per record
+    send_batch_bytes: int = SEND_BATCH_BYTES  # 16 KB (the producer's own): ~15 % more CPU per record
 
     def __post_init__(self) -> None:
         for name in ("gc_threshold", "gc_batch_threshold"):
             if (value := getattr(self, name)) < 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must not be negative, not {value}")
         for name in (
-            "align_max_wait_ms", "align_max_held", "batch_max_records", "restore_stall_s", "send_batch_bytes"
+            "align_max_wait_ms",
+            "align_max_held",
+            "batch_max_records",
+            "restore_stall_s",
+            "send_batch_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive, not {getattr(self, name)}")

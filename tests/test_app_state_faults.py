@@ -209,8 +209,10 @@ def ready(worker: WorkerProcess, timeout: float = 45) -> dict[str, Any]:
         worker.check()  # a worker that died fails here, with its log
         view = worker.join() or {}
         rebalance = view.get("last_rebalance") or {}
-        return view.get("actives") == list(range(PARTITIONS)) and not view["restoring"] and (
-            rebalance.get("seconds") is not None
+        return (
+            view.get("actives") == list(range(PARTITIONS))
+            and not view["restoring"]
+            and (rebalance.get("seconds") is not None)
         )
 
     assert wait_for(restored, timeout, 0.2), f"{worker.name} not ready in {timeout} s:\n{tail(worker)}"
@@ -360,9 +362,13 @@ def test_garbage_files_a_missing_current_and_unreadable_checkpoints(setup: Setup
     rebalance = view["last_rebalance"]
     # Partition 0's files are sound: restored from its RocksDB checkpoint, nothing set aside.
     assert rebalance["replayed_by_partition"]["0"] == 0, rebalance
-    assert [e for e in view["events"] if "damaged" in e] == [
-        e for e in view["events"] if e.startswith(f"state of {JOIN_NAME}[1] was damaged (bad_checkpoint)")
-    ] != [], view["events"]
+    assert (
+        [e for e in view["events"] if "damaged" in e]
+        == [
+            e for e in view["events"] if e.startswith(f"state of {JOIN_NAME}[1] was damaged (bad_checkpoint)")
+        ]
+        != []
+    ), view["events"]
     assert "no local checkpoint reported (tandem-checkpoint is damaged)" in log_of(worker)
     setup.send(setup.clicks(first, tag="s") + setup.clicks(second, tag="s"))
     expected |= joined(first, "s") | joined(second, "s")

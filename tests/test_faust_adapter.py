@@ -443,15 +443,14 @@ def test_the_collector_is_paused_while_the_leader_assigns(monkeypatch: Any) -> N
 def test_tandem_refuses_to_start_on_internals_it_was_not_written_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """Patches of private Faust/aiokafka internals are pinned: another version, or an internal
     that is gone, stops Tandem at install with what is wrong, not later mid-rebalance."""
-    from assignor.faust_adapter import consumer as faust_internals
+    from assignor.faust_adapter.consumer import FaustConsumer
+    from assignor.faust_adapter.internals import PINNED, IncompatibleInternals, check
 
-    faust_internals.check()  # the pinned versions are what is installed
-    monkeypatch.setitem(faust_internals.PINNED, "aiokafka", "0.13.0")
-    with pytest.raises(
-        faust_internals.IncompatibleInternals, match=r"aiokafka 0\.14\.0 is installed.*0\.13\.0"
-    ):
+    check()  # the pinned versions are what is installed
+    monkeypatch.setitem(PINNED, "aiokafka", "0.13.0")
+    with pytest.raises(IncompatibleInternals, match=r"aiokafka 0\.14\.0 is installed.*0\.13\.0"):
         install(make_app())
-    monkeypatch.setitem(faust_internals.PINNED, "aiokafka", "0.14.0")
-    monkeypatch.delattr(faust_internals.FaustConsumer, "_new_offset")
-    with pytest.raises(faust_internals.IncompatibleInternals, match="Consumer._new_offset is missing"):
-        faust_internals.check()
+    monkeypatch.setitem(PINNED, "aiokafka", "0.14.0")
+    monkeypatch.delattr(FaustConsumer, "_new_offset")
+    with pytest.raises(IncompatibleInternals, match="Consumer._new_offset is missing"):
+        check()

@@ -39,7 +39,7 @@ def _leader() -> TandemAssignor:
     assignor: TandemAssignor = app.assignor  # type: ignore[assignment]
     # Fencing alone: without warm-ups a new member gets its balanced share in this round
     # (with them, its share would wait for warm-ups: tests/test_faust_warmups.py).
-    assignor.faust_adapter.settings = dataclasses.replace(assignor.faust_adapter.settings, warmups=False)
+    assignor.settings = dataclasses.replace(assignor.settings, warmups=False)
     return assignor
 
 

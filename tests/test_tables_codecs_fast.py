@@ -16,10 +16,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tables.api import JoinResult
 from tables.operators.windowed import Match
 from tables.records.codecs import MAX_TS_MS, Accepted, SideCodec, key_check, value_form
-from tables.runtime.results import Feed, JoinResults
+from tables.runtime.results import Feed, JoinResult, JoinResults
 
 app = faust.App("codecs-fast-test", broker="kafka://127.0.0.1:1")
 

@@ -94,8 +94,7 @@ def build_output(
             unassigned[t] = missing
     epochs = [d.get("epoch", 0) for d in _members(scenario).values()]
     epoch = max([e for e in epochs if isinstance(e, int)] or [0]) + 1
-    return {"epoch": epoch, "members": members, "unassigned": unassigned,
-            "warnings": list(warnings)}
+    return {"epoch": epoch, "members": members, "unassigned": unassigned, "warnings": list(warnings)}
 
 
 def _protocol_output(
@@ -142,10 +141,9 @@ class RangePartitionAssignor(AbstractPartitionAssignor):
             per, extra = divmod(len(parts), len(ms))
             for i, m in enumerate(sorted(ms)):
                 start = per * i + min(i, extra)
-                layout[m][t] = parts[start:start + per + (i < extra)]
+                layout[m][t] = parts[start : start + per + (i < extra)]
         return {
-            m: ConsumerProtocolMemberAssignment(cls.version, sorted(layout[m].items()), b"")
-            for m in members
+            m: ConsumerProtocolMemberAssignment(cls.version, sorted(layout[m].items()), b"") for m in members
         }
 
     @classmethod
@@ -158,12 +156,18 @@ class RangePartitionAssignor(AbstractPartitionAssignor):
 
 
 ROUND_ROBIN = Strategy(
-    "round-robin", _protocol_input, lambda n: RoundRobinPartitionAssignor.assign(*n),
-    _protocol_output, "no (only if partitions % members == 0)",
+    "round-robin",
+    _protocol_input,
+    lambda n: RoundRobinPartitionAssignor.assign(*n),
+    _protocol_output,
+    "no (only if partitions % members == 0)",
 )
 RANGE = Strategy(
-    "range", _protocol_input, lambda n: RangePartitionAssignor.assign(*n),
-    _protocol_output, "yes, by construction (equal counts, equal subscriptions)",
+    "range",
+    _protocol_input,
+    lambda n: RangePartitionAssignor.assign(*n),
+    _protocol_output,
+    "yes, by construction (equal counts, equal subscriptions)",
 )
 
 
@@ -175,8 +179,7 @@ def _faust_app(scenario: Scenario) -> Any:
     import faust
 
     r = int(scenario.get("standby_replicas", 0) or 0)
-    app = faust.App("tandem-bench", broker="memory://", store="memory://",
-                    table_standby_replicas=r)
+    app = faust.App("tandem-bench", broker="memory://", store="memory://", table_standby_replicas=r)
     topics = scenario.get("topics", {})
     for cl in sorted(changelogs(scenario) & set(topics)):
         n = int(topics[cl])
@@ -206,8 +209,14 @@ def _faust_shared_state(scenario: Scenario) -> bytes:
         changelog[_url(m)] = {t: list(ps) for t, ps in prev.items() if t in cls}
         external[_url(m)] = {t: list(ps) for t, ps in prev.items() if t not in cls}
     topic_groups = {t: i for i, (ts, _) in enumerate(groups(scenario)) for t in ts}
-    return (b'"changelog_distribution":' + _json(changelog) + b',"external_topic_distribution":'
-            + _json(external) + b',"topic_groups":' + _json(topic_groups))
+    return (
+        b'"changelog_distribution":'
+        + _json(changelog)
+        + b',"external_topic_distribution":'
+        + _json(external)
+        + b',"topic_groups":'
+        + _json(topic_groups)
+    )
 
 
 EMPTY_STATE = b'"changelog_distribution":{},"external_topic_distribution":{},"topic_groups":{}'
@@ -220,8 +229,15 @@ def _faust_user_data(member: str, data: Mapping[str, Any], shared: bytes) -> byt
         "standbys": {t: list(ps) for t, ps in (data.get("previous_standby") or {}).items()},
     }
     fresh = not previous["actives"] and not previous["standbys"]  # new or restarted process
-    return (b'{"assignment":' + _json(previous) + b',"url":' + _json(_url(member)) + b","
-            + (EMPTY_STATE if fresh else shared) + b"}")
+    return (
+        b'{"assignment":'
+        + _json(previous)
+        + b',"url":'
+        + _json(_url(member))
+        + b","
+        + (EMPTY_STATE if fresh else shared)
+        + b"}"
+    )
 
 
 def _faust_full_prepare(scenario: Scenario) -> tuple[Any, StaticCluster, dict[str, Any]]:
@@ -236,8 +252,7 @@ def _faust_full_prepare(scenario: Scenario) -> tuple[Any, StaticCluster, dict[st
     assignor = CapturingAssignor(app, replicas=app.conf.table_standby_replicas)
     shared = _faust_shared_state(scenario)
     metadata = {
-        m: ConsumerProtocolMemberMetadata(
-            4, _subscription(scenario, d), _faust_user_data(m, d, shared))
+        m: ConsumerProtocolMemberMetadata(4, _subscription(scenario, d), _faust_user_data(m, d, shared))
         for m, d in sorted(_members(scenario).items())
     }
     return assignor, StaticCluster(scenario.get("topics", {})), metadata
@@ -248,8 +263,7 @@ def _faust_full_convert(scenario: Scenario, native: Any, _result: Any) -> dict[s
     captured = native[0].captured
     active = {m: dict(a.actives) for m, a in captured.items()}
     # Faust keeps standbys for every topic of a group; only changelog ones are replicated.
-    standby = {m: {t: ps for t, ps in a.standbys.items() if t in cls}
-               for m, a in captured.items()}
+    standby = {m: {t: ps for t, ps in a.standbys.items() if t in cls} for m, a in captured.items()}
     return build_output(scenario, active, standby)
 
 
@@ -263,7 +277,8 @@ def _faust_core_prepare(scenario: Scenario) -> list[tuple[Any, list[str]]]:
     previous = {
         m: ClientAssignment(
             actives={t: list(ps) for t, ps in (d.get("previous_active") or {}).items()},
-            standbys={t: list(ps) for t, ps in (d.get("previous_standby") or {}).items()})
+            standbys={t: list(ps) for t, ps in (d.get("previous_standby") or {}).items()},
+        )
         for m, d in _members(scenario).items()
     }
     out = []
@@ -294,17 +309,21 @@ def _faust_core_convert(scenario: Scenario, native: Any, result: list[Any]) -> d
 
 
 FAUST_FULL = Strategy(
-    "faust-full", _faust_full_prepare, lambda n: n[0].assign(n[1], n[2]), _faust_full_convert,
+    "faust-full",
+    _faust_full_prepare,
+    lambda n: n[0].assign(n[1], n[2]),
+    _faust_full_convert,
     "yes (groups co-subscribed topics of equal counts)",
 )
 FAUST_CORE = Strategy(
-    "faust-core", _faust_core_prepare, _faust_core_run, _faust_core_convert,
+    "faust-core",
+    _faust_core_prepare,
+    _faust_core_run,
+    _faust_core_convert,
     "yes (one CopartitionedAssignor per group)",
 )
 
-BASELINES: dict[str, Strategy] = {
-    s.name: s for s in (FAUST_FULL, FAUST_CORE, ROUND_ROBIN, RANGE)
-}
+BASELINES: dict[str, Strategy] = {s.name: s for s in (FAUST_FULL, FAUST_CORE, ROUND_ROBIN, RANGE)}
 
 
 def faust_full(scenario: Scenario) -> dict[str, Any]:
@@ -328,6 +347,15 @@ def range_assign(scenario: Scenario) -> dict[str, Any]:
 
 
 __all__ = [
-    "BASELINES", "Strategy", "StaticCluster", "build_output", "changelogs", "eligible",
-    "faust_copartitioned", "faust_full", "groups", "range_assign", "round_robin",
+    "BASELINES",
+    "Strategy",
+    "StaticCluster",
+    "build_output",
+    "changelogs",
+    "eligible",
+    "faust_copartitioned",
+    "faust_full",
+    "groups",
+    "range_assign",
+    "round_robin",
 ]

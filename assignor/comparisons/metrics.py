@@ -166,7 +166,10 @@ def _spread(scenario: Scenario, owners: Mapping[Task, str | None], met: Metrics)
 
 
 def _standbys(
-    scenario: Scenario, assignment: Assignment, gs: list[Group], owners: Mapping[Task, str | None],
+    scenario: Scenario,
+    assignment: Assignment,
+    gs: list[Group],
+    owners: Mapping[Task, str | None],
     met: Metrics,
 ) -> None:
     cls = changelogs(scenario)
@@ -256,9 +259,7 @@ def _prev_counts(scenario: Scenario, gs: list[Group], members: list[str]) -> np.
     return prev
 
 
-def _extra_gain(
-    prev: np.ndarray, lo: np.ndarray, extras: np.ndarray, need_lo: int, need_hi: int
-) -> int:
+def _extra_gain(prev: np.ndarray, lo: np.ndarray, extras: np.ndarray, need_lo: int, need_hi: int) -> int:
     from ortools.graph.python import min_cost_flow
 
     n_groups, n_members = prev.shape
@@ -270,18 +271,26 @@ def _extra_gain(
     g_node = 1 + rows
     m_node = 1 + n_groups + np.arange(n_members)
     big = supply + 1  # forcing a lower-bound unit must outweigh any achievable gain
-    tails = [np.zeros(len(rows), dtype=np.int64), np.repeat(g_node, n_members),
-             m_node, m_node]
-    heads = [g_node, np.tile(m_node, len(rows)), np.full(n_members, sink),
-             np.full(n_members, sink)]
-    caps = [extras[rows], np.ones(len(rows) * n_members, dtype=np.int64),
-            np.full(n_members, need_lo), np.full(n_members, need_hi - need_lo)]
+    tails = [np.zeros(len(rows), dtype=np.int64), np.repeat(g_node, n_members), m_node, m_node]
+    heads = [g_node, np.tile(m_node, len(rows)), np.full(n_members, sink), np.full(n_members, sink)]
+    caps = [
+        extras[rows],
+        np.ones(len(rows) * n_members, dtype=np.int64),
+        np.full(n_members, need_lo),
+        np.full(n_members, need_hi - need_lo),
+    ]
     gain = (prev[rows] > lo[rows, None]).astype(np.int64).ravel()
-    costs = [np.zeros(len(rows), dtype=np.int64), -gain,
-             np.full(n_members, -big), np.zeros(n_members, dtype=np.int64)]
+    costs = [
+        np.zeros(len(rows), dtype=np.int64),
+        -gain,
+        np.full(n_members, -big),
+        np.zeros(n_members, dtype=np.int64),
+    ]
     flow = min_cost_flow.SimpleMinCostFlow()
     flow.add_arcs_with_capacity_and_unit_cost(
-        np.concatenate(tails), np.concatenate(heads), np.concatenate(caps),
+        np.concatenate(tails),
+        np.concatenate(heads),
+        np.concatenate(caps),
         np.concatenate(costs),
     )
     flow.set_node_supply(src, supply)

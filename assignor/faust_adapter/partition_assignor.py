@@ -34,12 +34,19 @@ from aiokafka.coordinator.protocol import (
 from faust.assignor import PartitionAssignor
 from faust.assignor.client_assignment import ClientAssignment
 from faust.exceptions import ImproperlyConfigured
+from faust.tables.manager import TableManager
+from faust.transport.drivers.aiokafka import server_list
 from faust.types import TP, AppT
 from yarl import URL
 
 from assignor import PlanStats, plan_with_stats, wire
 from assignor.core.plan import collector_paused
-from assignor.faust_adapter import consumer as faust_internals
+from assignor.faust_adapter import internals
+from assignor.faust_adapter.consumer import add_start_check, install_consumer
+from assignor.faust_adapter.faust_tables import faust_table_offsets
+from assignor.faust_adapter.group import delay_follower_sync, install_group_join, request_rejoin
+from assignor.faust_adapter.internals import check
+from assignor.faust_adapter.probes import broker_partition_counts, end_offsets
 from assignor.faust_adapter.routing import RoutingUnavailable, prefetch, register_view
 from assignor.faust_adapter.scenario import (
     Join,
@@ -57,6 +64,23 @@ from assignor.faust_adapter.scenario import (
 from assignor.faust_adapter.settings import TandemSettings
 
 log = logging.getLogger(__name__)
+
+# What TandemAssignor reads and sets of Faust's own assignor (its __init__ makes them), and of
+# Faust's table manager, so that Faust's routing and tables see Tandem's assignment.
+internals.require(
+    __name__,
+    PartitionAssignor,
+    "_assignment",
+    "_active_tps",
+    "_standby_tps",
+    "_topic_groups",
+    "_tps_url",
+    "_external_tps_url",
+    "_table_manager",
+    instance=True,
+)
+internals.require(__name__, PartitionAssignor, "changelog_distribution", "external_topic_distribution")
+internals.require(__name__, TableManager, "_changelogs", instance=True)
 
 PROTOCOL = "tandem"
 STOCK_KEY = "tandem"  # where a Tandem member hides its subscription in stock metadata
@@ -209,8 +233,8 @@ class TandemAssignor(PartitionAssignor):
             {t: len(cluster.partitions_for_topic(t) or ()) for t in subscribed},
         )
         # Global tables are everywhere (as in stock Faust): not the planner's business.
-        global_counts = {t: counts.pop(t) for t in self._global_changelogs() if t in counts}
-        tables = self._table_changelogs()
+        global_counts = {t: counts.pop(t) for t in self.global_changelogs() if t in counts}
+        tables = self.table_changelogs()
         groups = copartition_groups(
             self.joins, counts, tables, [members[m].subscription for m in sorted(members)]
         )
@@ -218,7 +242,7 @@ class TandemAssignor(PartitionAssignor):
             members,
             counts,
             groups,
-            tables | self._join_changelogs(),
+            tables | self.join_changelogs(),
             self.settings.standby_replicas,
             self.joins,
             self.settings.acceptable_recovery_lag,
@@ -291,17 +315,17 @@ class TandemAssignor(PartitionAssignor):
             log.warning("tandem: no changelog end offsets this round (%r): members' offsets used", exc)
 
     async def _lookup_end_offsets(self) -> dict[str, dict[int, int]]:
-        topics = self._join_changelogs() | self._table_changelogs()
+        topics = self.join_changelogs() | self.table_changelogs()
         if not topics:
             return {}
-        servers = faust_internals.server_list(self.app.conf.broker, 9092)
+        servers = server_list(self.app.conf.broker, 9092)
         budget = self.settings.end_offsets_timeout_ms / 1000
-        return await faust_internals.end_offsets(servers, topics, self.settings.fetch_high_watermarks, budget)
+        return await end_offsets(servers, topics, self.settings.fetch_high_watermarks, budget)
 
     def request_probe(self, why: str) -> bool:
         """Ask the group for a rebalance now (a warm-up caught up, or the probing interval)."""
         log.info("tandem: asking for a probing rebalance: %s", why)
-        return faust_internals.request_rejoin(self.app)
+        return request_rejoin(self.app)
 
     def _schedule_probe(self) -> None:
         """The leader of a round that left moves pending asks for a rebalance every probing
@@ -349,7 +373,7 @@ class TandemAssignor(PartitionAssignor):
     def _own_distribution(self, own: wire.Assignment) -> None:
         # Faust's table_metadata()/key_store() read these maps; Tandem's assignment
         # carries only this member's part (the rest: the routing table).
-        tables = self._table_changelogs()
+        tables = self.table_changelogs()
         url = str(self._url)
         self.changelog_distribution = {url: {t: p for t, p in own.active.items() if t in tables}}
         self.external_topic_distribution = {url: {t: p for t, p in own.active.items() if t not in tables}}
@@ -384,11 +408,11 @@ class TandemAssignor(PartitionAssignor):
         return {url: tps for url, tps in self._by_url({topic}).items() if tps}
 
     def tables_metadata(self) -> dict[str, dict[str, list[int]]]:
-        return self._by_url(self._table_changelogs())
+        return self._by_url(self.table_changelogs())
 
     def external_topics_metadata(self) -> dict[str, dict[str, list[int]]]:
         routed = {t for g in (self._routing.groups if self._routing else []) for t in g}
-        return self._by_url(routed - self._table_changelogs())
+        return self._by_url(routed - self.table_changelogs())
 
     def _by_url(self, topics: set[str]) -> dict[str, dict[str, list[int]]]:
         """url -> topic -> partitions: the routing table's if known, else the stock maps."""
@@ -397,21 +421,21 @@ class TandemAssignor(PartitionAssignor):
             return {url: {t: list(p) for t, p in tps.items() if t in topics} for url, tps in merged.items()}
         return self._routing.by_url(topics)
 
-    def _table_changelogs(self) -> set[str]:
+    def table_changelogs(self) -> set[str]:
         return {
             topic
             for topic, table in self._table_manager._changelogs.items()
             if not getattr(table, "is_global", False)
         }
 
-    def _global_changelogs(self) -> set[str]:
+    def global_changelogs(self) -> set[str]:
         return {
             topic
             for topic, table in self._table_manager._changelogs.items()
             if getattr(table, "is_global", False)
         }
 
-    def _join_changelogs(self) -> set[str]:
+    def join_changelogs(self) -> set[str]:
         return {j.changelog for j in self.joins if j.changelog}
 
 
@@ -600,21 +624,19 @@ def install(
     ``local_offsets()`` returns changelog topic -> partition -> offset of the state on this
     worker's disk; it is called once here, and a wrong shape raises TypeError now."""
     assignor = tandem(app)
-    faust_internals.check()
+    check()
     if settings is not None:
-        assignor.faust_adapter.settings = settings
+        assignor.settings = settings
     if local_offsets is not None:
         offsets_shape(local_offsets())  # loud at start-up, not silently empty at every rebalance
         if local_offsets not in assignor.local_offsets:
             assignor.local_offsets.append(local_offsets)
     if not any(getattr(s, "faust_tables", False) for s in assignor.local_offsets):
         assignor.local_offsets.append(_FaustTableOffsets(app))
-    faust_internals.install_group_join()
-    faust_internals.delay_follower_sync(assignor.settings.follower_sync_delay_ms / 1000)
-    faust_internals.install_consumer(
-        app, assignor.settings.fetch_max_wait_ms, assignor.settings.fetch_high_watermarks
-    )
-    faust_internals.add_start_check(app, functools.partial(_verify_joins, assignor))
+    install_group_join()
+    delay_follower_sync(assignor.settings.follower_sync_delay_ms / 1000)
+    install_consumer(app, assignor.settings.fetch_max_wait_ms, assignor.settings.fetch_high_watermarks)
+    add_start_check(app, functools.partial(_verify_joins, assignor))
     if app.conf.web_enabled:
         register_view(app, assignor)
     return assignor
@@ -629,11 +651,11 @@ class _FaustTableOffsets:
         self.app = app
 
     def __call__(self) -> dict[str, dict[int, int]]:
-        return faust_internals.faust_table_offsets(self.app)
+        return faust_table_offsets(self.app)
 
 
 async def _verify_joins(assignor: TandemAssignor, bootstrap: list[str]) -> None:
     """Stop the worker before it joins its group if a declared join is not co-partitioned."""
     if assignor.joins:
         topics = {t for j in assignor.joins for t in j.all_topics}
-        verify_copartitioned(assignor.joins, await faust_internals.broker_partition_counts(bootstrap, topics))
+        verify_copartitioned(assignor.joins, await broker_partition_counts(bootstrap, topics))

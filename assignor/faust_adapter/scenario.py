@@ -55,9 +55,7 @@ def verify_copartitioned(joins: Iterable[Join], counts: Mapping[str, int]) -> No
         known = {t: counts[t] for t in join.all_topics if counts.get(t)}
         if len(set(known.values())) > 1:
             listed = ", ".join(f"{t}={n}" for t, n in sorted(known.items()))
-            problems.append(
-                f"join {list(join.all_topics)} has different partition counts: {listed}"
-            )
+            problems.append(f"join {list(join.all_topics)} has different partition counts: {listed}")
     if problems:
         raise CopartitionError("; ".join(problems))
 
@@ -100,9 +98,7 @@ def copartition_groups(
             continue
         key = (counts[changelog], subscribers.get(changelog, frozenset()))
         mates = sorted(
-            t
-            for t in counts
-            if t not in taken and (counts[t], subscribers.get(t, frozenset())) == key
+            t for t in counts if t not in taken and (counts[t], subscribers.get(t, frozenset())) == key
         )
         groups.append(mates)
         taken |= set(mates)

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Literal
 
-Side = Literal["left", "right"]
+from tables.operators.base import Side
 
 RECORD = b"r"
 META = b"m:"

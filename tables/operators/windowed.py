@@ -16,21 +16,22 @@ emitted once stream time passes their window plus grace; every record is deleted
 once no record still accepted could match it. Partners, duplicates and due records
 are found in an in-memory index of the live records (tables/operators/window_index.py), never by
 reading the whole state. The per-record loop also exists compiled (tables/operators/_fastjoin.pyx),
-used where it is built: `COMPILED` says which one runs.
+used where it is built: `LOOP.active` says whether it runs.
 """
 
 from __future__ import annotations
 
 import enum
-import os
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from heapq import heappush
-from typing import NamedTuple
+from typing import Any
 
+from tables.compiled import CompiledPart
 from tables.operators import keys
-from tables.operators.keys import BYTE_SIDE, Side
+from tables.operators.base import Event, Match, Side
+from tables.operators.keys import BYTE_SIDE
 from tables.operators.kv import KV
 from tables.operators.window_index import WindowIndex, split_record_key
 
@@ -67,29 +68,10 @@ class JoinWindow:
         if min(self.before, self.after, self.grace) < 0:
             raise ValueError(f"window bounds must not be negative: {self}")
 
-    def closes_at(self, side: Side, ts: int) -> int:
-        """Stream time after which the record is late (dropped if it arrives later)."""
-        return ts + (self.after if side == "left" else self.before) + self.grace
-
     def retained_until(self, ts: int) -> int:
         """Last stream time at which a record still accepted could match this one:
         an unmatched record is emitted, and any record deleted, once stream time passes it."""
         return ts + self.before + self.after + self.grace
-
-    def match_range(self, side: Side, ts: int) -> tuple[int, int]:
-        """Inclusive range of the other side's timestamps that match a record."""
-        if side == "left":
-            return ts - self.before, ts + self.after
-        return ts - self.after, ts + self.before
-
-
-class Match(NamedTuple):
-    """One result: the join key and both sides' serialized values (None: no partner)."""
-
-    key: bytes
-    left: bytes | None
-    right: bytes | None
-    timestamp: int  # the later of the two records' timestamps, or the lone record's
 
 
 _STREAM_TIME_KEY = keys.meta_key("stream_time")
@@ -100,10 +82,10 @@ _pack_time = keys.TIME.pack
 _unpack_time = keys.TIME.unpack_from
 _pack_len = keys.LEN.pack
 _BIAS = keys.TIME_BIAS
-Event = tuple[Side, bytes, int, bytes, bytes]  # side, key, ts, record id, value
 _new = tuple.__new__  # Match(...) without its Python-level __new__ (once per result)
 # Counters kept with the state and its changelog.
 COUNTERS = ("late", "duplicates")
+DAY_MS = 24 * 3600 * 1000
 
 
 class WindowedJoin:
@@ -158,11 +140,12 @@ class WindowedJoin:
         one list: the same results as one call per event, cheaper (one loop over local
         names: it runs for every input record).
 
-        Runs the compiled loop (tables/operators/_fastjoin.pyx) when it is built and in use (`COMPILED`),
+        Runs the compiled loop (tables/operators/_fastjoin.pyx) when it is built and in use (`LOOP.active`),
         else `_process_many_python`. Subclasses take the Python loop: the compiled one inlines
         `_expire` and the index's methods, so it would skip their overrides."""
-        if _compiled is not None and type(self) is WindowedJoin:
-            return _compiled(self, events)
+        fast = LOOP.fast
+        if fast is not None and type(self) is WindowedJoin:
+            return fast(self, events)
         return self._process_many_python(events)
 
     def _process_many_python(self, events: Iterable[Event]) -> list[Match]:
@@ -207,9 +190,11 @@ class WindowedJoin:
                 lo, hi = ts - after, ts + before
             held = by_prefix.get(other)
             found = (
-                held[bisect_left(held, other + _pack_time(lo + _BIAS)) : bisect_left(
-                    held, other + _pack_time(hi + 1 + _BIAS)
-                )]
+                held[
+                    bisect_left(held, other + _pack_time(lo + _BIAS)) : bisect_left(
+                        held, other + _pack_time(hi + 1 + _BIAS)
+                    )
+                ]
                 if held
                 else None
             )
@@ -275,7 +260,18 @@ class WindowedJoin:
             expire(record_key)
         return results
 
+    def advance(self, stream_time: int) -> list[Match]:
+        """Stream time moves to `stream_time` (if later) with no record: the unmatched
+        records that fall due by then, and the expiry of every record past its window."""
+        if self.stream_time is None or stream_time > self.stream_time:
+            self.stream_time = stream_time
+        return self._expire(emit=True)
+
     # -- metadata: counters ------------------------------------------------
+
+    def counters(self) -> dict[str, int]:
+        """Records dropped, kept with the state: late ones and duplicates."""
+        return {"late": self.late, "duplicates": self.duplicates}
 
     def _meta(self, name: str) -> int | None:
         raw = self.state.get(keys.meta_key(name))
@@ -335,31 +331,45 @@ def _unmatched(record_key: bytes, value: bytes) -> Match:
 
 # -- the compiled loop -------------------------------------------------------------
 
-
-def _load_compiled() -> Callable[[WindowedJoin, Iterable[Event]], list[Match]] | None:
-    """The compiled `process_many`, or None: not built (an install without a C compiler,
-    a source tree not built in place), or TANDEM_PURE_PYTHON=1. Quiet: the runtime says
-    which loop runs (`COMPILED`) when it starts."""
-    if os.environ.get("TANDEM_PURE_PYTHON") == "1":
-        return None
-    try:
-        from tables.operators import _fastjoin
-    except ImportError:
-        return None
-    return _fastjoin.bind(Match, _unmatched)  # type: ignore[no-any-return]
+# tables/operators/_fastjoin.pyx's `process_many`, where it is built and in use (`LOOP.active`).
+LOOP: CompiledPart[Callable[[WindowedJoin, Iterable[Event]], list[Match]]] = CompiledPart(
+    "tables.operators._fastjoin", lambda module: module.bind(Match, _unmatched)
+)
 
 
-_compiled = _load_compiled()
-_built = _compiled  # kept when use_compiled(False) switches it off
-# Whether WindowedJoin.process_many runs the compiled loop (the worker logs it at start).
-COMPILED: bool = _compiled is not None
+# -- the declaration's side ------------------------------------------------------------
 
 
-def use_compiled(enabled: bool) -> None:
-    """Choose the loop of every WindowedJoin (tests and benchmarks run both in one process).
-    Raises RuntimeError to switch on a loop that is not built (or TANDEM_PURE_PYTHON=1)."""
-    global _compiled, COMPILED
-    if enabled and _built is None:
-        raise RuntimeError("tables.operators._fastjoin is not built, or TANDEM_PURE_PYTHON=1")
-    _compiled = _built if enabled else None
-    COMPILED = _compiled is not None
+@dataclass(frozen=True)
+class WindowedKind:
+    """A windowed stream-stream join (`tables.join`), as the runtime makes and shows it."""
+
+    window: JoinWindow
+    join_type: JoinType
+    name: str = "windowed"
+    # The join reads its records by key (the one scan, indexing them, runs before anything is
+    # pending), so the batch overlay need not index any key (tables/operators/kv.py).
+    unscanned: tuple[bytes, ...] = (keys.RECORD, keys.META)
+
+    @property
+    def how(self) -> str:
+        return self.join_type.value
+
+    def operator(self, state: KV, ids: bool) -> WindowedJoin:
+        return WindowedJoin(state, self.window, self.join_type, ids)
+
+    def emits_unmatched(self) -> bool:
+        return bool(self.join_type.unmatched_sides)
+
+    def retention_ms(self) -> int:
+        """Kafka Streams' window-store default: the window, its grace, and a day."""
+        w = self.window
+        return w.before + w.after + w.grace + DAY_MS
+
+    def describe(self) -> dict[str, Any]:
+        w = self.window
+        return {
+            "kind": self.name,
+            "how": self.how,
+            "window_ms": {"before": w.before, "after": w.after, "grace": w.grace},
+        }

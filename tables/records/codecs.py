@@ -12,13 +12,12 @@ JSON is decoded by orjson (strict RFC 8259, UTF-8 only): NaN, Infinity, lone
 surrogates, a byte order mark and non-UTF-8 text are malformed JSON.
 
 The per-record check of the common configurations also exists compiled
-(tables/records/_fastcheck.pyx), used where it is built: `COMPILED` says whether it is, and
+(tables/records/_fastcheck.pyx), used where it is built: `CHECK.active` says whether it is, and
 `SideCodec.compiled` whether a side's configuration takes it.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import types
 import typing
@@ -29,6 +28,8 @@ from typing import Any, Literal
 
 import orjson
 from faust.models.record import Record
+
+from tables.compiled import CompiledPart
 
 Category = Literal[
     "null_key",  # no Kafka key: it cannot be joined by key
@@ -78,7 +79,7 @@ class Accepted:
     value: Any = None  # the decoded value, when it was built to check the record
 
 
-def to_millis(when: Any, what: str) -> int | str:
+def timestamp_ms(when: Any, what: str) -> int | str:
     """Milliseconds since the epoch from an int or a datetime (naive = UTC), or why not."""
     if type(when) is int:
         return when
@@ -88,7 +89,7 @@ def to_millis(when: Any, what: str) -> int | str:
         return int(when.timestamp() * 1000)
     if isinstance(when, str):
         try:
-            return to_millis(datetime.fromisoformat(when), what)
+            return timestamp_ms(datetime.fromisoformat(when), what)
         except ValueError:
             return f"{what} {when[:40]!r} is not an ISO 8601 time"
     return f"{what} is {type(when).__name__}: give milliseconds as an int, or a datetime"
@@ -224,8 +225,8 @@ class RecordForm(JsonForm):
             self.stored = _compile_build(  # type: ignore[method-assign]
                 model, self.fields, dict(options.defaults), from_bytes=True
             )
-            if _fast is not None and self._fast_model is not None:
-                self.stored = _fast.stored(self.stored, orjson.loads, self._fast_model)
+            if CHECK.fast is not None and self._fast_model is not None:
+                self.stored = CHECK.fast.stored(self.stored, orjson.loads, self._fast_model)
 
     def check(self, raw: bytes) -> Any:
         payload = super().check(raw)
@@ -513,9 +514,9 @@ class SideCodec:
                 return f"missing or null timestamp field {spec!r}"
             if type(found) is bool:
                 return f"timestamp field {spec!r} is bool"
-            return to_millis(found, f"timestamp field {spec!r}")
+            return timestamp_ms(found, f"timestamp field {spec!r}")
         try:
-            return to_millis(spec(built), "the timestamp function's result")
+            return timestamp_ms(spec(built), "the timestamp function's result")
         except Exception as exc:
             return f"the timestamp function raised {exc.__class__.__name__}: {str(exc)[:200]}"
 
@@ -538,11 +539,12 @@ class SideCodec:
 
     def _compiled_accept(self, python_accept: Accept) -> Accept | None:
         """The compiled accept (tables/records/_fastcheck.pyx) of this side, or None: not built, not in
-        use (`use_compiled`, TANDEM_PURE_PYTHON=1), or a configuration it does not cover. It
+        use (`CHECK.use`, TANDEM_PURE_PYTHON=1), or a configuration it does not cover. It
         covers raw, str and int keys; a plain Record in JSON (`RecordForm._plain`), or any
         JSON without `validate`; the time from a field or the Kafka timestamp; the id from a
         field or the offset. It hands every other record to `python_accept`."""
-        if _fast is None:
+        fast = CHECK.fast
+        if fast is None:
             return None
         key_kind = next((kind for check, kind in _KEY_KINDS.items() if check is self.key), None)
         timestamp, record_id, limit = self.timestamp, self.record_id, self.max_value_bytes
@@ -563,7 +565,7 @@ class SideCodec:
             model = None
         else:
             return None
-        return _fast.accept(  # type: ignore[no-any-return]
+        return fast.accept(  # type: ignore[no-any-return]
             python_accept,
             orjson.loads,
             key_kind,
@@ -662,43 +664,18 @@ class SideCodec:
 
 # -- the compiled check ------------------------------------------------------------
 
-
-def _load_compiled() -> types.ModuleType | None:
-    """tables.records._fastcheck, or None: not built (an install without a C compiler, a source
-    tree not built in place), or TANDEM_PURE_PYTHON=1 (read once, at import)."""
-    if os.environ.get("TANDEM_PURE_PYTHON") == "1":
-        return None
-    try:
-        from tables.records import _fastcheck
-    except ImportError:
-        return None
-    return _fastcheck
-
-
-_fast = _load_compiled()
-_built = _fast  # kept when use_compiled(False) switches it off
-# Whether the SideCodecs and RecordForms made now take the compiled check where it covers them.
-COMPILED: bool = _fast is not None
+# tables/records/_fastcheck.pyx, where it is built and in use for the codecs made from now on.
+CHECK: CompiledPart[types.ModuleType] = CompiledPart("tables.records._fastcheck", lambda module: module)
 _NO_DEFAULT = object()
-
-
-def use_compiled(enabled: bool) -> None:
-    """Choose the check of the SideCodecs and RecordForms made from now on (tests and
-    benchmarks run both in one process; those made before keep theirs). Raises
-    RuntimeError to switch on a check that is not built (or TANDEM_PURE_PYTHON=1)."""
-    global _fast, COMPILED
-    if enabled and _built is None:
-        raise RuntimeError("tables.records._fastcheck is not built, or TANDEM_PURE_PYTHON=1")
-    _fast = _built if enabled else None
-    COMPILED = _fast is not None
 
 
 def _fast_model(model: type[Record], fields: list[_Field], defaults: dict[str, Any]) -> Any:
     """A plain model's fields as the compiled check takes them (tables/records/_fastcheck.pyx
     `model`), or None where it is not built or the model has too many fields for it."""
-    if _built is None or len(fields) > _built.MOST_FIELDS:
+    built = CHECK.built
+    if built is None or len(fields) > built.MOST_FIELDS:
         return None
-    return _built.model(
+    return built.model(
         model,
         [f.name for f in fields],
         [_type_mask(f.annotation) for f in fields],

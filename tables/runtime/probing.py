@@ -15,15 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from faust.types import TP
+from faust.types import TP, AppT
 
-from assignor.faust_adapter import consumer as faust_internals
-
-if TYPE_CHECKING:
-    from tables.runtime.task import Runtime
+from assignor.faust_adapter.faust_tables import faust_standby_lag
+from tables.runtime.task import JoinTask
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +42,10 @@ class Asked:
 class Prober:
     """Watches the warm-ups of every join on this worker and asks for probing rebalances."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, app: AppT, tasks: Mapping[str, JoinTask], refresh_offsets: Callable[[], None]) -> None:
+        self.app = app
+        self.tasks = tasks  # the runtime's, by join name (read each time: joins are added at import)
+        self.refresh_offsets = refresh_offsets
         self.asked: dict[tuple[str, int], Asked] = {}  # (join, partition) -> its probes
         self.probes = 0  # probing rebalances this worker asked for (the view shows it)
 
@@ -60,16 +60,16 @@ class Prober:
     def caught_up(self, acceptable_lag: int) -> dict[tuple[str, int], int]:
         """(join, partition) -> lag of every warm-up within `acceptable_lag` of its end, over
         the join's changelog and those of its Faust tables (the task moves only with all)."""
-        app = self.runtime.app
+        app = self.app
         table_warmups = app.assignor.warmups() if hasattr(app.assignor, "warmups") else {}
         found: dict[tuple[str, int], int] = {}
-        for name, runner in self.runtime.runners.items():
-            if runner.state is None:
+        for name, task in self.tasks.items():
+            if task.state is None:
                 continue
-            for partition, lag in runner.state.warmup_lags().items():
+            for partition, lag in task.state.warmup_lags().items():
                 lags = [lag] + [
-                    faust_internals.faust_standby_lag(app, TP(topic, partition))
-                    for topic in runner.spec.table_changelogs()
+                    faust_standby_lag(app, TP(topic, partition))
+                    for topic in task.spec.table_changelogs()
                     if partition in table_warmups.get(topic, ())
                 ]
                 if all(n is not None and n <= acceptable_lag for n in lags):
@@ -79,14 +79,14 @@ class Prober:
     def warming(self) -> set[tuple[str, int]]:
         return {
             (name, p)
-            for name, runner in self.runtime.runners.items()
-            if runner.state is not None
-            for p in runner.state.warmups()
+            for name, task in self.tasks.items()
+            if task.state is not None
+            for p in task.state.warmups()
         }
 
     def check(self, now: float | None = None) -> bool:
         """Ask for a rebalance if a warm-up has caught up and is due a probe; whether it asked."""
-        assignor = self.runtime.app.assignor
+        assignor = self.app.assignor
         settings = getattr(assignor, "settings", None)
         if settings is None or not settings.warmups:
             return False
@@ -101,7 +101,7 @@ class Prober:
         }
         if not due:
             return False
-        self.runtime.refresh_offsets()  # the JoinGroup this causes must report the catch-up
+        self.refresh_offsets()  # the JoinGroup this causes must report the catch-up
         listed = ", ".join(f"{join}[{p}] {lag:,} behind" for (join, p), lag in sorted(due.items()))
         why = f"warm-up caught up ({listed}; acceptable {settings.acceptable_recovery_lag:,})"
         if not assignor.request_probe(why):

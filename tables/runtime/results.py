@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import orjson
 from faust.types import AppT, TopicT
 
-from assignor.faust_adapter.consumer import set_current_partition
-from tables.api import JoinResult
-from tables.operators.windowed import Match
+from tables.kafka.handler_sends import set_current_partition
+from tables.operators.base import Match
 
 K = TypeVar("K")
 L = TypeVar("L")
@@ -34,6 +33,16 @@ Decode = Callable[[bytes], Any]
 # being handled when the record's key is that result's join key (then it is the key's
 # partition too, in a topic with the join's partition count).
 Outgoing = tuple[str, int | None, bytes | None, bytes | None, Sequence[tuple[str, bytes]], int | None]
+
+
+class JoinResult(NamedTuple, Generic[K, L, R]):
+    """One result of a join: the key, each side's value (None where there is no partner)
+    and the result's timestamp in milliseconds since the epoch (the later record's)."""
+
+    key: K
+    left: L | None
+    right: R | None
+    timestamp: int
 
 
 @dataclass

@@ -11,10 +11,10 @@ from typing import Any
 
 from faust.types import AppT
 
-from assignor.faust_adapter.consumer import broker_partition_counts
+from assignor.faust_adapter.probes import broker_partition_counts
 from assignor.faust_adapter.scenario import CopartitionError
-from tables.api import JoinSpec
-from tables.kafka.batches import create_topics
+from tables.kafka.topics import changelog_configs, create_topics
+from tables.spec import JoinSpec
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,6 @@ class JoinStartupError(RuntimeError):
 
 async def prepare_topics(spec: JoinSpec, bootstrap: str) -> int:
     """Check the join's topics, create the missing ones; returns its partition count."""
-    from tables.runtime.task import create_join_topics
-
     app = spec.app
     own = [spec.changelog_topic, spec.dead_letter_topic]
     counts = await broker_partition_counts(
@@ -89,3 +87,14 @@ def _check_no_agent_reads(app: AppT, spec: JoinSpec) -> None:
                 f"agent {agent.name!r} and join {spec.name!r} both read {sorted(shared)}: the join's "
                 "records never reach an agent; handle them in the join's handler, or read another topic"
             )
+
+
+async def create_join_topics(spec: JoinSpec, bootstrap: str, partitions: int, replication: int = 1) -> None:
+    """The join's changelog (compacted, deleted after its kind's retention) and dead-letter
+    topic, with the inputs' partition count."""
+    await create_topics(
+        bootstrap,
+        {spec.changelog_topic: partitions, spec.dead_letter_topic: partitions},
+        {spec.changelog_topic: changelog_configs(spec.kind.retention_ms())},
+        replication,
+    )

@@ -1,10 +1,10 @@
 """The state of one join on this worker: a RocksDB store per partition it owns (active)
 or replicates (standby), restored and tailed from the join's changelog.
 
-    state = JoinState(bootstrap, "app-clicks-changelog", data_dir, window=..., join_type=...)
+    state = JoinState(bootstrap, "app-clicks-changelog", data_dir, kind=WindowedKind(...))
     moves = await state.assign(active={0, 1}, standby={2}, warmup={3})  # opens, closes; tails 2, 3
     await state.restore(moves.to_restore, on_ready)          # background: one partition at a time ready
-    state.active(0).join.process(...)                         # the operator of an active partition
+    state.active(0).operator.process_many(...)               # the operator of an active partition
     await state.commit(0, producer)                           # changelog, then state + checkpoint
     state.local_offsets()                                     # {partition: checkpoint} of the files on disk
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from assignor.faust_adapter.consumer import JOIN_BATCH_BYTES
-from tables.operators.windowed import JoinType, JoinWindow
+from tables.operators.base import JoinKind
+from tables.settings import SEND_BATCH_BYTES
 from tables.state.partition import Role, StatePartition
 from tables.state.recovery import Recovery, RestoreProgress
 from tables.state.store import (
@@ -63,19 +63,17 @@ class JoinState:
         changelog: str,
         data_dir: Path | str,
         *,
-        window: JoinWindow,
-        join_type: JoinType,
+        kind: JoinKind,
         ids: bool = False,
         table: str | None = None,
         sync_writes: bool = False,
-        send_batch_bytes: int = JOIN_BATCH_BYTES,
+        send_batch_bytes: int = SEND_BATCH_BYTES,
         stall_timeout_s: float = 120.0,
     ) -> None:
         self.changelog = changelog
         self.data_dir = Path(data_dir)
         self.table = table or changelog
-        self.window = window
-        self.join_type = join_type
+        self.kind = kind
         self.ids = ids
         self.sync_writes = sync_writes
         self.send_batch_bytes = send_batch_bytes
@@ -202,7 +200,7 @@ class JoinState:
             state = self._reopen(partition)  # a standby whose write failed (a full disk)
         if state is None:
             store = self._open_store(partition)
-            self.partitions[partition] = StatePartition(store, self.window, self.join_type, role, self.ids)
+            self.partitions[partition] = StatePartition(store, self.kind, role, self.ids)
         elif state.role != role:
             # Uncommitted work of a demoted active is dropped: the changelog has the truth.
             state.role = role
@@ -223,7 +221,7 @@ class JoinState:
         Raises StoreOpenError while it cannot be opened (the disk still full)."""
         old = self.partitions[partition]
         old.store.close()
-        fresh = StatePartition(self._open_store(partition), self.window, self.join_type, old.role, self.ids)
+        fresh = StatePartition(self._open_store(partition), self.kind, old.role, self.ids)
         self.partitions[partition] = fresh
         return fresh
 
@@ -232,7 +230,7 @@ class JoinState:
         old = self.partitions[partition]
         old.store.destroy()
         store = open_store(self._path(partition), sync=self.sync_writes)
-        fresh = StatePartition(store, self.window, self.join_type, old.role, self.ids)
+        fresh = StatePartition(store, self.kind, old.role, self.ids)
         self.partitions[partition] = fresh
         return fresh
 
@@ -241,7 +239,7 @@ class JoinState:
         the partition be restored again (it is no longer ready)."""
         old = self.partitions[partition]
         store = rebuild_store(old.store, error)
-        self.partitions[partition] = StatePartition(store, self.window, self.join_type, old.role, self.ids)
+        self.partitions[partition] = StatePartition(store, self.kind, old.role, self.ids)
         self.ready.discard(partition)
         self.recovery.note(
             f"state of {self.table}[{partition}] was damaged while in use ({error.reason}); restoring it"

@@ -1,5 +1,5 @@
 """One partition of a join's state on this worker: its RocksDB store, the write overlay
-of the batch in progress, and the operator over both.
+of the batch in progress, and the join's operator over both (tables/operators/).
 
 Write order of a batch (docs/tables.md, "Guarantees"): the caller first has the
 batch's results acknowledged; `commit()` then produces the batch's changelog records
@@ -15,11 +15,10 @@ from typing import Literal
 
 from aiokafka import AIOKafkaProducer
 
-from assignor.faust_adapter.consumer import JOIN_BATCH_BYTES
 from tables.kafka.batches import send_records
-from tables.operators import keys
+from tables.operators.base import JoinKind, Operator
 from tables.operators.kv import Overlay
-from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
+from tables.settings import SEND_BATCH_BYTES
 from tables.state.store import PartitionStore
 
 Role = Literal["active", "standby"]
@@ -30,22 +29,19 @@ class StatePartition:
     """The state of one partition held by this worker, as active or standby."""
 
     store: PartitionStore
-    window: JoinWindow
-    join_type: JoinType
+    kind: JoinKind
     role: Role
-    ids: bool = False  # the operator's duplicate check by id (tables.operators.windowed.WindowedJoin)
+    ids: bool = False  # records carry declared ids (the operator's duplicate check)
     overlay: Overlay = field(init=False)
-    join: WindowedJoin = field(init=False)
+    operator: Operator = field(init=False)
 
     def __post_init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         """Forget what was applied but not written (the changelog has the truth)."""
-        # The join reads its state by key only (the one scan, of the records when the operator
-        # indexes them, runs before anything is pending): no key needs the overlay's scan index.
-        self.overlay = Overlay(self.store, unscanned=(keys.RECORD, keys.META))
-        self.join = WindowedJoin(self.overlay, self.window, self.join_type, self.ids)
+        self.overlay = Overlay(self.store, unscanned=self.kind.unscanned)
+        self.operator = self.kind.operator(self.overlay, self.ids)
 
     @property
     def checkpoint(self) -> int | None:
@@ -53,11 +49,11 @@ class StatePartition:
         return self.store.checkpoint
 
     async def commit(
-        self, producer: AIOKafkaProducer, changelog: str, partition: int, batch_bytes: int = JOIN_BATCH_BYTES
+        self, producer: AIOKafkaProducer, changelog: str, partition: int, batch_bytes: int = SEND_BATCH_BYTES
     ) -> int | None:
         """Produce the batch's changelog records (record batches of up to `batch_bytes`),
         then write state + checkpoint atomically. Returns the new checkpoint."""
-        changes = self.join.take_changes()
+        changes = self.operator.take_changes()
         try:
             last = await send_records(producer, changelog, partition, changes, batch_bytes=batch_bytes)
         except BaseException:

@@ -200,13 +200,13 @@ class Recovery:
 
     def _apply(self, partition: int, records: list[ConsumerRecord]) -> None:
         state = self.partitions[partition]
-        join = state.join
+        operator = state.operator
         for applied, record in enumerate(records, 1):
-            join.restore(record.key, record.value)
+            operator.restore(record.key, record.value)
             if applied % FLUSH_RECORDS == 0:
                 state.write(record.offset)
         if records:
-            join.finish_restore()
+            operator.finish_restore()
             state.write(records[-1].offset)
         progress = self.progress.get(partition)
         if progress is not None:
@@ -214,7 +214,7 @@ class Recovery:
 
     def _flush(self, partition: int) -> None:
         state = self.partitions[partition]
-        state.join.finish_restore()
+        state.operator.finish_restore()
         if state.overlay.pending:
             state.write(state.checkpoint)
 

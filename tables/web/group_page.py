@@ -16,16 +16,15 @@ from __future__ import annotations
 import asyncio
 import time
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from faust.types import AppT
 from faust.web import Request, Response, View
 
+from assignor.faust_adapter.routing import fetch_routing
+from tables.runtime.worker import Runtime
 from tables.web.view import worker_view
-
-if TYPE_CHECKING:
-    from tables.runtime.task import Runtime
 
 FETCH_TIMEOUT_S = 2.0
 REFRESH_S = 5
@@ -66,8 +65,6 @@ async def _routing(app: AppT) -> dict[str, Any] | None:
     assignor = app.assignor
     table = getattr(assignor, "routing", None)
     if table is None and hasattr(assignor, "own_assignment"):
-        from assignor.faust_adapter.routing import fetch_routing
-
         table = await fetch_routing(assignor, timeout=FETCH_TIMEOUT_S)
     if table is None:
         return None

@@ -9,12 +9,11 @@ import time
 import weakref
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from faust.types import AppT
+from faust.types import AppT
 
-    from tables.runtime.task import Runtime
+from tables.runtime.worker import Runtime
 
 SAMPLE_EVERY_S = 2.0
 SAMPLES_KEPT = 150  # five minutes
@@ -41,16 +40,14 @@ class History:
 
     def sample(self, app: AppT, runtime: Runtime) -> None:
         """Take one sample now, and note the group's rebalance if it is a new one."""
-        from tables.web.view import input_lag
-
         read = results = lag = standby_lag = 0
-        for runner in runtime.runners.values():
-            read += sum(runner.stats.read.values())
-            results += runner.stats.results
-            state = runner.state
+        for task in runtime.tasks.values():
+            read += sum(task.stats.read.values())
+            results += task.stats.results
+            state = task.state
             if state is None:
                 continue
-            lag += sum(input_lag(app, runner, p) or 0 for p in state.actives())
+            lag += sum(task.input_lag(p) or 0 for p in state.actives())
             standby_lag += sum(state.recovery.standby_lag.get(p, 0) for p in state.standbys())
         self.samples.append(Sample(time.time(), read, results, lag, standby_lag))
         self.note_rebalance(app)

@@ -18,15 +18,15 @@ there too (for instance Faust's own sensors, `faust.sensors.prometheus`) comes w
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
-import time
+import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from faust.types import AppT
+from faust.web import Request, Response, View
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import (
@@ -37,54 +37,12 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from faust.types import AppT
-
-    from tables.runtime.task import JoinRunner, Runtime
+from tables.runtime.stats import REBALANCE_KINDS, LatencyBuckets
+from tables.runtime.task import JoinTask
+from tables.runtime.worker import Runtime
+from tables.state.store import damage_counts
 
 METRICS_PATH = "/metrics"
-# Event time to output, in seconds: from a live stream (tens of ms) to a backlog (hours).
-LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-REBALANCE_KINDS = ("kept", "moved_warm", "moved_cold")
-
-
-@dataclass
-class LatencyBuckets:
-    """A histogram kept as plain counts (observed on the join's loop, read at scrape time)."""
-
-    bounds_ms: tuple[int, ...] = tuple(int(b * 1000) for b in LATENCY_BUCKETS_S)
-    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
-    total_ms: int = 0
-
-    def observe_ms(self, value_ms: int) -> None:
-        value_ms = max(0, value_ms)
-        self.counts[bisect.bisect_left(self.bounds_ms, value_ms)] += 1
-        self.total_ms += value_ms
-
-    def observe_since(self, event_times_ms: Iterable[int]) -> None:
-        """Observe now minus each event time (one per partition of a batch)."""
-        now_ms = int(time.time() * 1000)
-        for ts in event_times_ms:
-            self.observe_ms(now_ms - ts)
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        """Prometheus buckets: (upper bound in seconds, observations at or below it)."""
-        out, running = [], 0
-        for bound_ms, n in zip(self.bounds_ms, self.counts, strict=False):
-            running += n
-            out.append((_le(bound_ms / 1000), float(running)))
-        out.append(("+Inf", float(running + self.counts[-1])))
-        return out
-
-
-def _le(seconds: float) -> str:
-    return repr(float(seconds))
-
-
 # -- the metrics ------------------------------------------------------------------------
 
 # Every metric: name -> (type, labels besides `worker`, help). The collector fills these;
@@ -251,18 +209,12 @@ class TandemCollector(Collector):
         self._fixed = list(runtimes) if runtimes is not None else None
 
     def _runtimes(self) -> list[Runtime]:
-        if self._fixed is not None:
-            return self._fixed
-        from tables.runtime.task import _runtimes
-
-        return list(_runtimes.values())
+        return self._fixed if self._fixed is not None else list(_exported)
 
     def describe(self) -> Iterator[Metric]:
         yield from _Families(None).by_name.values()
 
     def collect(self) -> Iterator[Metric]:
-        from tables.state.store import damage_counts
-
         runtimes = self._runtimes()
         if not runtimes:
             return
@@ -294,16 +246,14 @@ def _collect_worker(f: _Families, runtime: Runtime) -> None:
         for kind in REBALANCE_KINDS:
             f.add("tandem_group_rebalance_tasks", [kind], getattr(stats, kind))
         f.add("tandem_group_plan_seconds", [], stats.plan_ms / 1000)
-    for name, runner in sorted(runtime.runners.items()):
-        _collect_join(f, name, runner, runtime.data_dir / name)
+    for name, task in sorted(runtime.tasks.items()):
+        _collect_join(f, name, task, runtime.data_dir / name)
 
 
-def _collect_join(f: _Families, name: str, runner: JoinRunner, state_dir: Path) -> None:
-    from tables.web.view import input_lag
-
-    spec, stats, state = runner.spec, runner.stats, runner.state
+def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> None:
+    spec, stats, state = task.spec, task.stats, task.state
     left, right = spec.input_topics
-    f.add("tandem_join_info", [name, left, right, spec.changelog_topic, spec.join_type.value], 1)
+    f.add("tandem_join_info", [name, left, right, spec.changelog_topic, spec.kind.how], 1)
     for side in ("left", "right"):
         f.add("tandem_records_read", [name, side], stats.read[side])
         f.add("tandem_null_values", [name, side], stats.null_values[side])
@@ -313,13 +263,13 @@ def _collect_join(f: _Families, name: str, runner: JoinRunner, state_dir: Path) 
         f.add("tandem_partition_results", [name, partition], n)
     for category, n in stats.dead_letters.items():
         f.add("tandem_dead_letters", [name, category], n)
-    f.add("tandem_held_records", [name], runner.aligner.held())
-    f.add("tandem_forced_records", [name], runner.aligner.forced)
+    f.add("tandem_held_records", [name], task.intake.aligner.held())
+    f.add("tandem_forced_records", [name], task.intake.aligner.forced)
     f.add("tandem_batches", [name], stats.batches)
     f.add("tandem_handler_restarts", [name], stats.handler_restarts)
     f.add("tandem_join_failed", [name], 1 if stats.failure else 0)
-    f.add("tandem_rebalances", [name], runner.rebalances)
-    rebalance = runner.rebalance
+    f.add("tandem_rebalances", [name], task.rebalances)
+    rebalance = task.rebalance
     for kind in REBALANCE_KINDS:
         f.add("tandem_rebalance_partitions", [name, kind], stats.rebalance_partitions[kind])
         f.add("tandem_last_rebalance_partitions", [name, kind], len(getattr(rebalance, kind)))
@@ -334,13 +284,13 @@ def _collect_join(f: _Families, name: str, runner: JoinRunner, state_dir: Path) 
     for role, partitions in (("active", actives), ("standby", standbys), ("restoring", restoring)):
         f.add("tandem_partitions", [name, role], len(partitions))
     for partition in actives:
-        lag = input_lag(runner.app, runner, partition)
+        lag = task.input_lag(partition)
         if lag is not None:
             f.add("tandem_input_lag_records", [name, partition], lag)
         if partition in state.ready:
-            join = state.active(partition).join
-            f.add("tandem_late_records", [name, partition], join.late)
-            f.add("tandem_duplicate_records", [name, partition], join.duplicates)
+            counts = state.active(partition).operator.counters()
+            f.add("tandem_late_records", [name, partition], counts.get("late", 0))
+            f.add("tandem_duplicate_records", [name, partition], counts.get("duplicates", 0))
         progress = state.recovery.progress.get(partition)
         if progress is not None:
             f.add("tandem_restore_records_restored", [name, partition], progress.restored)
@@ -372,23 +322,25 @@ def directory_bytes(root: Path) -> int:
 
 # -- serving ---------------------------------------------------------------------------------
 
+# The runtimes whose metrics this process exports (one per app with joins).
+_exported: weakref.WeakSet[Runtime] = weakref.WeakSet()
 _registered = False
 
 
-def register_collector() -> None:
-    """Put the Tandem collector into prometheus_client's default registry (once a process)."""
+def register_collector(runtime: Runtime) -> None:
+    """Export `runtime`'s metrics: the Tandem collector in prometheus_client's default
+    registry (once a process) reads every runtime registered here."""
     global _registered
+    _exported.add(runtime)
     if not _registered:
         REGISTRY.register(TandemCollector())
         _registered = True
 
 
-def register_metrics_page(app: AppT) -> None:
+def register_metrics_page(app: AppT, runtime: Runtime) -> None:
     """`/metrics` on the app's web server, unless the app serves one already (Faust's
     `setup_prometheus_sensors` does, from the same default registry)."""
-    from faust.web import Request, Response, View
-
-    register_collector()
+    register_collector(runtime)
     if METRICS_PATH in app.web.views:
         return
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from faust.types import TP, AppT
+from faust.types import AppT
 from faust.web import Request, Response, View
 
+from assignor.faust_adapter.consumer import kafka_consumer, member_id
+from tables.runtime.task import JoinTask
+from tables.runtime.worker import Runtime
 from tables.state.store import damage_counts
 from tables.web.history import SAMPLE_EVERY_S, group_rebalance, history_of
-from tables.web.metrics import register_metrics_page, worker_name
-
-if TYPE_CHECKING:
-    from tables.runtime.task import JoinRunner, Runtime
+from tables.web.metrics import worker_name
 
 
 def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "assignment": _assignment(app),
         "group_rebalance": group_rebalance(app),
         "probing_rebalances_asked": runtime.prober.probes,
-        "joins": {name: join_view(app, runner) for name, runner in sorted(runtime.runners.items())},
+        "joins": {name: join_view(task) for name, task in sorted(runtime.tasks.items())},
         # Stores found damaged and set aside (then restored), per reason, since the process started.
         "damaged_stores": damage_counts(),
         # What this member tells the leader at a JoinGroup, and the leader's planning inputs:
@@ -44,19 +44,18 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
     }
 
 
-def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
-    spec, stats, state = runner.spec, runner.stats, runner.state
+def join_view(task: JoinTask) -> dict[str, Any]:
+    """One join on this worker: its partitions, restores, lag, counters and rebalances."""
+    spec, stats, state, intake = task.spec, task.stats, task.state, task.intake
     actives = state.actives() if state else []
-    ready = [p for p in actives if state and p in state.ready]
-    operators = [state.active(p).join for p in ready] if state else []
     restoring = state.restoring() if state else {}
+    counts = task.counters()
     return {
         "inputs": list(spec.input_topics),
-        "how": spec.join_type.value,
-        "window_ms": {"before": spec.window.before, "after": spec.window.after, "grace": spec.window.grace},
+        **spec.kind.describe(),
         "changelog": spec.changelog_topic,
         "dead_letter_topic": spec.dead_letter_topic,
-        "partitions": runner.partitions,
+        "partitions": task.partitions,
         "actives": actives,
         "standbys": state.standbys() if state else [],
         # Warm-up replicas (KIP-441): partition -> records behind the changelog's end.
@@ -71,7 +70,7 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
             }
             for p, r in sorted(restoring.items())
         },
-        "lag": {str(p): input_lag(app, runner, p) for p in actives},
+        "lag": {str(p): task.input_lag(p) for p in actives},
         "standby_lag": {
             str(p): n for p, n in sorted(state.recovery.standby_lag.items()) if p not in state.warming
         }
@@ -84,42 +83,25 @@ def join_view(app: AppT, runner: JoinRunner) -> dict[str, Any]:
         "null_values": stats.null_values,
         "dead_letters": sum(stats.dead_letters.values()),
         "dead_letters_by_category": {c: n for c, n in stats.dead_letters.items() if n},
-        "held": runner.aligner.held(),
-        "forced": runner.aligner.forced,
+        "held": intake.aligner.held(),
+        "forced": intake.aligner.forced,
         # Inputs not read for now (far ahead of their partner in event time) and what was
         # fetched of them before the pause, kept aside until they are resumed.
-        "paused": sorted(f"{tp.topic}:{tp.partition}" for tp in runner.ahead),
-        "deferred": sum(map(len, runner.deferred.values())),
-        "late": sum(j.late for j in operators),
-        "duplicates": sum(j.duplicates for j in operators),
+        "paused": sorted(f"{tp.topic}:{tp.partition}" for tp in intake.ahead),
+        "deferred": sum(map(len, intake.deferred.values())),
+        "late": counts.get("late", 0),
+        "duplicates": counts.get("duplicates", 0),
         "handler_restarts": stats.handler_restarts,
         # Faust messages the handler queued (its tables' changelogs), produced with its output.
         "faust_sends": stats.faust_sends,
-        "rebalances": runner.rebalances,
-        "last_rebalance": runner.rebalance.as_dict(),
+        "rebalances": task.rebalances,
+        "last_rebalance": task.rebalance.as_dict(),
         "rebalance_history": [
-            {"epoch": r.epoch, "at": r.started, **r.as_dict()} for r in runner.rebalance_history
+            {"epoch": r.epoch, "at": r.started, **r.as_dict()} for r in task.rebalance_history
         ],
         "events": list(state.recovery.events) if state else [],
         "failure": stats.failure,
     }
-
-
-def input_lag(app: AppT, runner: JoinRunner, partition: int) -> int | None:
-    """Input records not yet taken into a batch, over both inputs (None: end unknown yet)."""
-    committed = getattr(app.consumer, "_committed_offset", {})
-    total = 0
-    for topic in runner.spec.input_topics:
-        tp = TP(topic, partition)
-        try:
-            high = app.consumer.highwater(tp)
-        except Exception:
-            return None
-        if high is None:
-            return None
-        position = runner.read_next.get(tp, committed.get(tp) or 0)
-        total += max(0, high - position)
-    return total
 
 
 def _wire(app: AppT) -> dict[str, list[int]]:
@@ -155,9 +137,9 @@ def _member(app: AppT) -> dict[str, Any] | None:
     if not hasattr(assignor, "subscription"):
         return None
     state = assignor.subscription()
-    consumer = _kafka_consumer(app)
+    consumer = kafka_consumer(app)
     return {
-        "id": getattr(getattr(consumer, "_coordinator", None), "member_id", None),
+        "id": member_id(app),
         "topics": sorted(consumer.subscription()) if consumer is not None else [],
         "epoch": state.epoch,
         "url": state.url,
@@ -173,23 +155,16 @@ def _member(app: AppT) -> dict[str, Any] | None:
     }
 
 
-def _kafka_consumer(app: AppT) -> Any:
-    try:
-        return app.consumer._thread._ensure_consumer()  # type: ignore[attr-defined]
-    except Exception:  # not started yet
-        return None
-
-
 def _planner(app: AppT) -> dict[str, Any] | None:
     """What the leader plans with besides the members (None on the stock assignor)."""
     assignor = app.assignor
     if not hasattr(assignor, "joins"):
         return None
-    settings = assignor.faust_adapter.settings
+    settings = assignor.settings
     return {
         "joins": [{"topics": list(j.topics), "changelog": j.changelog} for j in assignor.joins],
-        "table_changelogs": sorted(assignor._table_changelogs()),
-        "global_changelogs": sorted(assignor._global_changelogs()),
+        "table_changelogs": sorted(assignor.table_changelogs()),
+        "global_changelogs": sorted(assignor.global_changelogs()),
         "standby_replicas": settings.standby_replicas,
         "acceptable_recovery_lag": settings.acceptable_recovery_lag,
         "warmups": settings.warmups,
@@ -260,12 +235,8 @@ def render_html(view: dict[str, Any]) -> str:
 
 
 def register_views(app: AppT, runtime: Runtime) -> None:
-    """/tandem/, /tandem/html, the group page (tables/web/group_page.py) and /metrics; and the
-    timer that keeps the worker's history for the group page's plots."""
-    from tables.web.group_page import register_group_views
-
-    register_metrics_page(app)
-    register_group_views(app, runtime)
+    """/tandem/ and /tandem/html, and the timer that keeps the worker's history for the group
+    page's plots."""
 
     @app.timer(SAMPLE_EVERY_S, name="tandem-history")
     async def sample_history() -> None:
