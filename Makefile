@@ -24,6 +24,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench-planner: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_planner --quick

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assignor.core.plan import plan_with_stats
-from assignor.faust_adapter.scenario import (
+from assignor.group_scenario import (
     Join,
     MemberInfo,
     Warmups,

@@ -12,7 +12,7 @@ import importlib
 import os
 from collections.abc import Callable
 from types import ModuleType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -23,12 +23,14 @@ class CompiledPart(Generic[T]):
     `fast` is that, or None when the part is not built, forced off or switched off: a
     user reads it where it decides which code runs."""
 
-    def __init__(self, module: str, bind: Callable[[ModuleType], T]) -> None:
+    def __init__(self, module: str, bind: Callable[[ModuleType], T], what: str) -> None:
         self.module = module
+        self.what = what  # what it is, for the worker's log: "the windowed join's per-record loop"
         self.built: ModuleType | None = _import(module)
         self._bind = bind
         self.bound: T | None = bind(self.built) if self.built is not None else None
         self.fast: T | None = self.bound
+        PARTS.append(self)
 
     @property
     def active(self) -> bool:
@@ -41,6 +43,10 @@ class CompiledPart(Generic[T]):
         if enabled and self.bound is None:
             raise RuntimeError(f"{self.module} is not built, or TANDEM_PURE_PYTHON=1")
         self.fast = self.bound if enabled else None
+
+
+# Every compiled part made (at the import of its user): the worker logs which ones run.
+PARTS: list[CompiledPart[Any]] = []
 
 
 def _import(module: str) -> ModuleType | None:

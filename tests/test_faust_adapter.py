@@ -30,7 +30,8 @@ from assignor.faust_adapter.partition_assignor import (
     install,
     tandem,
 )
-from assignor.faust_adapter.scenario import (
+from assignor.faust_adapter.settings import SettingsError, TandemSettings
+from assignor.group_scenario import (
     CopartitionError,
     Join,
     MemberInfo,
@@ -40,7 +41,6 @@ from assignor.faust_adapter.scenario import (
     kafka_partitions,
     verify_copartitioned,
 )
-from assignor.faust_adapter.settings import SettingsError, TandemSettings
 
 IMP, CLK, CHANGELOG = "impressions", "clicks", "ads-joins-changelog"
 COUNTS = {IMP: 4, CLK: 4, "audit": 3}

@@ -19,8 +19,8 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 from assignor import wire
 from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join
 from assignor.faust_adapter.probes import end_offsets
-from assignor.faust_adapter.scenario import Join, MemberInfo, Warmups, build_scenario
 from assignor.faust_adapter.settings import SettingsError, TandemSettings
+from assignor.group_scenario import Join, MemberInfo, Warmups, build_scenario
 from assignor.wire import Assignment, RebalanceStats, Subscription
 from tables.testing import EmbeddedBroker, create_topics
 

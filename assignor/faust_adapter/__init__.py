@@ -6,7 +6,6 @@ and aiokafka's consumer and group membership it needs.
 | module | what |
 | --- | --- |
 | `partition_assignor.py` | `TandemAssignor`: Faust's assignor interface, placement by `assignor.plan` |
-| `scenario.py` | pure translation between the group's state and the planner's scenario |
 | `routing.py` | the leader's key-routing table, served to the other members |
 | `settings.py` | `TandemSettings`: standby replicas, host, rack, capacity, warm-ups |
 | `internals.py` | the pinned versions and the check of every private name Tandem uses |

@@ -48,7 +48,8 @@ from assignor.faust_adapter.group import delay_follower_sync, install_group_join
 from assignor.faust_adapter.internals import check
 from assignor.faust_adapter.probes import broker_partition_counts, end_offsets
 from assignor.faust_adapter.routing import RoutingUnavailable, prefetch, register_view
-from assignor.faust_adapter.scenario import (
+from assignor.faust_adapter.settings import TandemSettings
+from assignor.group_scenario import (
     Join,
     MemberInfo,
     Warmups,
@@ -61,7 +62,6 @@ from assignor.faust_adapter.scenario import (
     verify_copartitioned,
     with_global_tables,
 )
-from assignor.faust_adapter.settings import TandemSettings
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 from faust.types import AppT
@@ -24,20 +24,29 @@ from faust.web import Request, Response, View
 
 from assignor import wire
 
-if TYPE_CHECKING:
-    from assignor.faust_adapter.partition_assignor import TandemAssignor
-
 log = logging.getLogger(__name__)
 
 ROUTING_PATH = "/tandem/routing/"
 FETCH_TIMEOUT_S = 5.0
 
 
+class RoutedAssignor(Protocol):
+    """What routing reads and sets of the assignor (TandemAssignor)."""
+
+    @property
+    def routing(self) -> wire.RoutingTable | None: ...
+
+    @property
+    def own_assignment(self) -> wire.Assignment: ...
+
+    def set_routing(self, table: wire.RoutingTable) -> None: ...
+
+
 class RoutingUnavailable(KeyError):
     """The owner of a partition is not known to this worker (yet)."""
 
 
-def register_view(app: AppT, assignor: TandemAssignor) -> None:
+def register_view(app: AppT, assignor: RoutedAssignor) -> None:
     """Serve this worker's routing table (the leader's is the one asked for)."""
 
     @app.page(ROUTING_PATH, name="tandem-routing")
@@ -51,7 +60,7 @@ def register_view(app: AppT, assignor: TandemAssignor) -> None:
 
 
 async def fetch_routing(
-    assignor: TandemAssignor, timeout: float = FETCH_TIMEOUT_S
+    assignor: RoutedAssignor, timeout: float = FETCH_TIMEOUT_S
 ) -> wire.RoutingTable | None:
     """Fetch the current generation's routing table from the leader; None if it is not there."""
     own = assignor.own_assignment
@@ -76,7 +85,7 @@ async def fetch_routing(
     return table
 
 
-def prefetch(assignor: TandemAssignor, loop: asyncio.AbstractEventLoop | None) -> None:
+def prefetch(assignor: RoutedAssignor, loop: asyncio.AbstractEventLoop | None) -> None:
     """Schedule a fetch on the app's loop (called from the consumer's thread)."""
     if loop is None or not loop.is_running():
         return

@@ -333,7 +333,9 @@ def _unmatched(record_key: bytes, value: bytes) -> Match:
 
 # tables/operators/_fastjoin.pyx's `process_many`, where it is built and in use (`LOOP.active`).
 LOOP: CompiledPart[Callable[[WindowedJoin, Iterable[Event]], list[Match]]] = CompiledPart(
-    "tables.operators._fastjoin", lambda module: module.bind(Match, _unmatched)
+    "tables.operators._fastjoin",
+    lambda module: module.bind(Match, _unmatched),
+    "the windowed join's per-record loop",
 )
 
 

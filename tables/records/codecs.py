@@ -665,7 +665,9 @@ class SideCodec:
 # -- the compiled check ------------------------------------------------------------
 
 # tables/records/_fastcheck.pyx, where it is built and in use for the codecs made from now on.
-CHECK: CompiledPart[types.ModuleType] = CompiledPart("tables.records._fastcheck", lambda module: module)
+CHECK: CompiledPart[types.ModuleType] = CompiledPart(
+    "tables.records._fastcheck", lambda module: module, "the per-record input check"
+)
 _NO_DEFAULT = object()
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from faust.types import AppT
 
 from assignor.faust_adapter.probes import broker_partition_counts
-from assignor.faust_adapter.scenario import CopartitionError
+from assignor.group_scenario import CopartitionError
 from tables.kafka.topics import changelog_configs, create_topics
 from tables.spec import JoinSpec
 

@@ -23,9 +23,9 @@ from faust.types import TP, AppT
 from assignor.faust_adapter.consumer import InputRecord, add_start_check, committed_offsets, set_record_taker
 from assignor.faust_adapter.internals import IncompatibleInternals
 from assignor.faust_adapter.partition_assignor import declare_join, install
+from tables.compiled import PARTS
 from tables.kafka.batches import producer_of, producer_problems
 from tables.kafka.handler_sends import collect_handler_sends
-from tables.operators.windowed import LOOP
 from tables.records.codecs import CHECK
 from tables.runtime.gcpacing import raise_gc_threshold
 from tables.runtime.probing import Prober
@@ -152,12 +152,10 @@ class Runtime:
         self.refresh_offsets()
 
     def _log_compiled_parts(self) -> None:
-        log.info(
-            "tandem: the windowed join's per-record loop is %s",
-            "compiled (tables/operators/_fastjoin)"
-            if LOOP.active
-            else "pure Python (not built, or TANDEM_PURE_PYTHON=1): about half as fast",
-        )
+        for part in PARTS:
+            if part is not CHECK:  # said per input below
+                how = "compiled" if part.active else "pure Python (not built, or TANDEM_PURE_PYTHON=1)"
+                log.info("tandem: %s is %s (%s)", part.what, how, part.module)
         in_python = [
             f"{task.spec.name} {side}"
             for task in self.tasks.values()
