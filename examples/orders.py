@@ -17,8 +17,7 @@ from datetime import timedelta
 import faust
 from faust.web import Request, Response, View
 
-from assignor.faust_adapter.partition_assignor import TandemAssignor
-from tables import JoinInput, JoinResults, join
+from tables import JoinInput, JoinResults, TandemAssignor, join
 
 PARTITIONS = int(os.environ.get("ORDERS_PARTITIONS", "4"))
 
