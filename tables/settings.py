@@ -5,7 +5,7 @@
 | align_max_wait_ms | TANDEM_ALIGN_MAX_WAIT_MS | 2000: how long an input of unknown end holds the other |
 | align_max_held | TANDEM_ALIGN_MAX_HELD | 50000 records held per partition for event-time order, at most |
 | batch_max_records | TANDEM_BATCH_MAX_RECORDS | 10000 input records joined per batch, at most |
-| restore_stall_s | TANDEM_RESTORE_STALL_S | 120: stalled this long, a restore is retried; failing this long, it stops |
+| restore_stall_s | TANDEM_RESTORE_STALL_S | 120: a stalled restore is retried, one failing this long stops |
 | sync_writes | TANDEM_SYNC_WRITES | false: fsync every state write (also survives a machine crash) |
 | data_dir | TANDEM_JOIN_DIR | `<Faust datadir>/tandem-joins` |
 | send_batch_bytes | TANDEM_SEND_BATCH_BYTES | 524288 bytes per record batch the join sends, at most |
