@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -18,6 +19,7 @@ from faust.web import Request, Response, View
 
 from app.records import MAX_VALUE_BYTES, Click, Impression, ad_join, check_event
 from app.settings import JOIN_NAME, Settings
+from assignor.faust_adapter.clients import faust_credentials, parse_client_config
 from tables import JoinInput, JoinResults, TandemAssignor, join
 
 
@@ -68,9 +70,18 @@ def build(settings: Settings) -> faust.App:
     return app
 
 
+def credentials(client_config: str | None) -> Any:
+    """Faust's `broker_credentials` for a client properties file (None: plaintext)."""
+    if client_config is None:
+        return None
+    return faust_credentials(parse_client_config(Path(client_config).read_text()))
+
+
 def faust_settings(settings: Settings) -> dict[str, Any]:
     return {
         "broker": settings.broker,
+        # TANDEM_CLIENT_CONFIG: the cluster's TLS and SASL settings, from a properties file.
+        "broker_credentials": credentials(settings.client_config),
         "datadir": str(settings.data_dir),
         "store": "rocksdb://",
         "web_port": settings.web_port,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def _env(name: str, default: str) -> str:
@@ -42,6 +44,8 @@ class Settings:
     heartbeat_ms: int
     request_timeout_ms: int
     topic_prefix: str
+    # A Kafka client properties file (security.protocol, sasl.*, ssl.*) for a secured cluster.
+    client_config: str | None = None
 
     @property
     def impressions(self) -> str:
@@ -92,15 +96,16 @@ def from_env() -> Settings:
         heartbeat_ms=_int("TANDEM_HEARTBEAT_MS", 1000),
         request_timeout_ms=_int("TANDEM_REQUEST_TIMEOUT_MS", 30000),
         topic_prefix=_env("TANDEM_TOPIC_PREFIX", ""),
+        client_config=os.environ.get("TANDEM_CLIENT_CONFIG") or None,
     )
 
 
-async def create_topics(bootstrap: str, settings: Settings) -> list[str]:
+async def create_topics(connection: str | Mapping[str, Any], settings: Settings) -> list[str]:
     """Create the app's topics up front with one partition count (co-partitioning);
     Tandem creates the join's own changelog and dead-letter topic when a worker starts."""
     from tables.kafka.topics import create_topics as create
 
     await create(
-        bootstrap, dict.fromkeys(settings.topics(), settings.partitions), None, settings.replication_factor
+        connection, dict.fromkeys(settings.topics(), settings.partitions), None, settings.replication_factor
     )
     return settings.topics()

@@ -13,7 +13,7 @@ import heapq
 import json
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from app.settings import Settings
+from assignor.faust_adapter import clients
 from tables.kafka.batches import send_records
 from tables.records.partitioners import partition_for
 
@@ -92,10 +93,14 @@ async def send_all(producer: AIOKafkaProducer, records: list[tuple[str, str, byt
 
 
 async def run_traffic(
-    bootstrap: str, traffic: Traffic, rate: float, stop: asyncio.Event, limit: int | None = None
+    connection: str | Mapping[str, Any],
+    traffic: Traffic,
+    rate: float,
+    stop: asyncio.Event,
+    limit: int | None = None,
 ) -> Traffic:
     """Send about `rate` impressions a second until `stop` is set (or `limit` is reached)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = clients.producer(clients.settings_of(connection), linger_ms=5)
     await producer.start()
     try:
         i = 0
@@ -151,7 +156,7 @@ async def produce_events(
         per_tp.setdefault((topic, partition_for(key, partitions, "murmur2")), []).append(
             (key, orjson.dumps(event))
         )
-    producer = AIOKafkaProducer(bootstrap_servers=settings.broker.removeprefix("kafka://"), linger_ms=5)
+    producer = clients.producer(clients.settings_of(settings.broker.removeprefix("kafka://")), linger_ms=5)
     await producer.start()
     try:
         for (topic, partition), rows in per_tp.items():

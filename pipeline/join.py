@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pipeline.generate import META_FILE
-from pipeline.kafka import offsets
+from pipeline.kafka import (
+    Connection,
+    add_client_config_argument,
+    connection_from,
+    offsets,
+    source_options,
+)
 from pipeline.records import Rejected, validate
 from pipeline.semantics import JoinParams
 from tables.records.partitioners import PARTITIONERS, Partitioner, find_misplaced, misplaced_reason
@@ -128,7 +134,7 @@ def load_parquet(spark: SparkSession, path: str) -> DataFrame:
 
 
 def load_topics(
-    spark: SparkSession, bootstrap: str, impressions: str, clicks: str, split: int = 500_000
+    spark: SparkSession, target: str | Connection, impressions: str, clicks: str, split: int = 500_000
 ) -> DataFrame:
     """Both input topics through the `tandem-topic` source, with a merged arrival order
     and each topic's partition count (`partitions`).
@@ -140,11 +146,11 @@ def load_topics(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    counts = partition_counts(bootstrap, [impressions, clicks])
+    counts = partition_counts(target, [impressions, clicks])
 
     raw = (
         spark.read.format("tandem-topic")
-        .option("bootstrap", bootstrap)
+        .options(**source_options(target))
         .option("topic", f"{impressions},{clicks}")
         .option("splitSize", str(split))
         .load()
@@ -161,9 +167,9 @@ def load_topics(
     )
 
 
-def partition_counts(bootstrap: str, topics: list[str]) -> dict[str, int]:
+def partition_counts(target: str | Connection, topics: list[str]) -> dict[str, int]:
     """How many partitions each topic has (from the cluster's metadata)."""
-    bounds = offsets(bootstrap, topics)
+    bounds = offsets(target, topics)
     return {t: sum(1 for name in bounds if name.rsplit(":", 1)[0] == t) for t in topics}
 
 
@@ -316,7 +322,7 @@ def reference_join(records: DataFrame, params: JoinParams) -> JoinOutput:
 def input_frame(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     if args.input:
         return load_parquet(spark, str(args.input))
-    return load_topics(spark, args.bootstrap, args.impressions_topic, args.clicks_topic)
+    return load_topics(spark, connection_from(args), args.impressions_topic, args.clicks_topic)
 
 
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:
@@ -362,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", type=Path, help="Parquet directory from `generate`")
     source.add_argument("--bootstrap", help="read the input topics from this Kafka cluster")
+    add_client_config_argument(parser)
     parser.add_argument("--impressions-topic", default="impressions")
     parser.add_argument("--clicks-topic", default="clicks")
     add_window_arguments(parser)

@@ -7,12 +7,16 @@ from a fetch response's high watermark, which is right on every broker.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from assignor.faust_adapter import clients
 
 FETCH_SETTINGS: dict[str, int] = {
     "max_partition_fetch_bytes": 4 * 1024 * 1024,
@@ -26,6 +30,59 @@ class KafkaReadError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class Connection:
+    """How the jobs reach Kafka: bootstrap servers and, for a secured cluster, a client
+    properties file (`--client-config`: security.protocol, sasl.*, ssl.*; read where the
+    client is made, so Spark's executors need the file and what it names at the same path)."""
+
+    bootstrap: str
+    client_config: str | None = None
+
+    def settings(self) -> dict[str, object]:
+        found = clients.settings_of(self.bootstrap)
+        if self.client_config:
+            text = Path(self.client_config).read_text()
+            found.update(clients.aiokafka_kwargs(clients.parse_client_config(text), include_endpoints=False))
+        return found
+
+
+def connection_of(target: str | Connection) -> Connection:
+    """A Connection from bootstrap servers alone (plaintext) or as it is."""
+    return target if isinstance(target, Connection) else Connection(target)
+
+
+def add_client_config_argument(parser: argparse.ArgumentParser) -> None:
+    """`--client-config FILE`, the convention of `kafka-console-consumer --consumer.config`
+    and kcat `-F` (docs/operations.md, "Secured clusters")."""
+    parser.add_argument(
+        "--client-config",
+        metavar="FILE",
+        help="Kafka client properties for a secured cluster (security.protocol, sasl.*, ssl.*)",
+    )
+
+
+def connection_from(args: argparse.Namespace) -> Connection:
+    """The connection the command line names (`--bootstrap`, `--client-config`); checked now,
+    so that a bad file is one clear error before Spark starts."""
+    found = Connection(args.bootstrap, getattr(args, "client_config", None))
+    if found.client_config:
+        try:
+            found.settings()
+        except (OSError, clients.ClientConfigError) as exc:
+            raise SystemExit(f"--client-config {found.client_config}: {exc}") from None
+    return found
+
+
+def source_options(target: str | Connection) -> dict[str, str]:
+    """The `tandem-topic` source's connection options."""
+    found = connection_of(target)
+    options = {"bootstrap": found.bootstrap}
+    if found.client_config:
+        options["kafka.client.config"] = found.client_config
+    return options
+
+
+@dataclass(frozen=True, slots=True)
 class Span:
     """Offsets [start, end) of one topic partition."""
 
@@ -35,12 +92,10 @@ class Span:
     end: int
 
 
-def _consumer(bootstrap: str) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        **FETCH_SETTINGS,
+def _consumer(target: str | Connection) -> AIOKafkaConsumer:
+    settings = connection_of(target).settings()
+    return clients.consumer(  # type: ignore[no-any-return]
+        settings, enable_auto_commit=False, auto_offset_reset="earliest", **FETCH_SETTINGS
     )
 
 
@@ -55,9 +110,9 @@ async def _partitions(consumer: AIOKafkaConsumer, topics: list[str]) -> list[Top
     return tps
 
 
-async def _offsets(bootstrap: str, topics: list[str], timeout: float) -> dict[str, tuple[int, int]]:
+async def _offsets(target: str | Connection, topics: list[str], timeout: float) -> dict[str, tuple[int, int]]:
     """'topic:partition' -> (beginning, end), the end from fetch high watermarks."""
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(target)
     await consumer.start()
     try:
         tps = await _partitions(consumer, topics)
@@ -77,15 +132,15 @@ async def _offsets(bootstrap: str, topics: list[str], timeout: float) -> dict[st
         await consumer.stop()
 
 
-def offsets(bootstrap: str, topics: list[str], timeout: float = 30.0) -> dict[str, tuple[int, int]]:
+def offsets(target: str | Connection, topics: list[str], timeout: float = 30.0) -> dict[str, tuple[int, int]]:
     """Beginning and end offsets of every partition of `topics`, keyed 'topic:partition'."""
-    return asyncio.run(_offsets(bootstrap, topics, timeout))
+    return asyncio.run(_offsets(target, topics, timeout))
 
 
 async def _span_batches(
-    bootstrap: str, span: Span, batch_records: int, stall_timeout: float
+    target: str | Connection, span: Span, batch_records: int, stall_timeout: float
 ) -> AsyncIterator[list[ConsumerRecord]]:
-    consumer = _consumer(bootstrap)  # aiokafka binds to the loop running at creation
+    consumer = _consumer(target)  # aiokafka binds to the loop running at creation
     await consumer.start()
     tp = TopicPartition(span.topic, span.partition)
     try:
@@ -109,7 +164,7 @@ async def _span_batches(
 
 
 def read_span(
-    bootstrap: str, span: Span, batch_records: int = 5000, stall_timeout: float = 30.0
+    target: str | Connection, span: Span, batch_records: int = 5000, stall_timeout: float = 30.0
 ) -> Iterator[list[ConsumerRecord]]:
     """The records of `span` in offset order, in lists of up to `batch_records`.
 
@@ -118,7 +173,7 @@ def read_span(
     if span.end <= span.start:
         return
     loop = asyncio.new_event_loop()
-    batches = _span_batches(bootstrap, span, batch_records, stall_timeout)
+    batches = _span_batches(target, span, batch_records, stall_timeout)
     try:
         while True:
             try:

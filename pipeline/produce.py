@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 
+from assignor.faust_adapter import clients
 from pipeline.generate import read_meta
+from pipeline.kafka import Connection, add_client_config_argument, connection_from, connection_of
 from tables.records.partitioners import Partitioner, partitions_for
 
 
@@ -34,8 +36,8 @@ def load_in_arrival_order(path: Path) -> list[dict[str, object]]:
     return table.sort_by([("seq", "ascending"), ("partition", "ascending")]).to_pylist()
 
 
-async def ensure_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def ensure_topics(target: str | Connection, names: list[str], partitions: int) -> None:
+    admin = clients.admin(connection_of(target).settings())
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -60,7 +62,7 @@ def place(
 
 
 async def produce(
-    bootstrap: str,
+    target: str | Connection,
     path: Path,
     topics: dict[str, str],
     report_every: int = 50_000,
@@ -73,10 +75,10 @@ async def produce(
     not have the generator's partition count.
     """
     partitions = int(read_meta(path)["config"]["partitions"])  # type: ignore[index]
-    await ensure_topics(bootstrap, list(topics.values()), partitions)
+    await ensure_topics(target, list(topics.values()), partitions)
     records = load_in_arrival_order(path)
     placed = place(records, partitions, {**dict.fromkeys(topics, "murmur2"), **(partitioners or {})})  # type: ignore[arg-type]
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+    producer = clients.producer(connection_of(target).settings(), linger_ms=5, acks=1)
     await producer.start()
     began = time.monotonic()
     try:
@@ -118,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--input", type=Path, required=True, help="directory from `generate`")
     parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
+    add_client_config_argument(parser)
     parser.add_argument("--impressions-topic", default="impressions")
     parser.add_argument("--clicks-topic", default="clicks")
     for side in ("impressions", "clicks"):
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     topics = {"impressions": args.impressions_topic, "clicks": args.clicks_topic}
     partitioners = {"impressions": args.impressions_partitioner, "clicks": args.clicks_partitioner}
     began = time.monotonic()
-    count = asyncio.run(produce(args.bootstrap, args.input, topics, partitioners=partitioners))
+    count = asyncio.run(produce(connection_from(args), args.input, topics, partitioners=partitioners))
     print(f"produce: {count:,} records in {time.monotonic() - began:.1f} s", flush=True)
     return 0
 

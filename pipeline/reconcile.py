@@ -35,6 +35,7 @@ from pipeline.join import (
     params_of,
     reference_join,
 )
+from pipeline.kafka import Connection, add_client_config_argument, connection_from, source_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -120,11 +121,11 @@ class Report:
         return lines
 
 
-def read_output_topic(spark: SparkSession, bootstrap: str, topic: str) -> tuple[DataFrame, int]:
+def read_output_topic(spark: SparkSession, target: str | Connection, topic: str) -> tuple[DataFrame, int]:
     """The stream's output records (and how many values were not readable JSON)."""
     from pyspark.sql import functions as F
 
-    raw = spark.read.format("tandem-topic").option("bootstrap", bootstrap).option("topic", topic).load()
+    raw = spark.read.format("tandem-topic").options(**source_options(target)).option("topic", topic).load()
     parsed = raw.select("partition", F.from_json(F.col("value").cast("string"), OUTPUT_SCHEMA).alias("r"))
     readable = parsed.filter(F.col("r.join_id").isNotNull())
     unreadable = parsed.filter(F.col("r.join_id").isNull()).count()
@@ -224,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     expected.add_argument("--expected", type=Path, help="reference results (join --out)")
     expected.add_argument("--input", type=Path, help="input Parquet from `generate`")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (topics input/output)")
+    add_client_config_argument(parser)
     parser.add_argument("--impressions-topic", default="impressions")
     parser.add_argument("--clicks-topic", default="clicks")
     add_window_arguments(parser)
@@ -250,7 +252,7 @@ def _expected(spark: SparkSession, args: argparse.Namespace) -> tuple[DataFrame,
         records = load_parquet(spark, str(args.input))
         topics = {"left": "impressions", "right": "clicks"}
     elif args.bootstrap:
-        records = load_topics(spark, args.bootstrap, args.impressions_topic, args.clicks_topic)
+        records = load_topics(spark, connection_from(args), args.impressions_topic, args.clicks_topic)
         topics = {"left": args.impressions_topic, "right": args.clicks_topic}
     else:
         raise SystemExit("reconcile: give --expected, --input or --bootstrap for the reference")
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     with progress(spark, "reconcile"):
         unreadable = 0
         if args.output_topic:
-            actual, unreadable = read_output_topic(spark, args.bootstrap, args.output_topic)
+            actual, unreadable = read_output_topic(spark, connection_from(args), args.output_topic)
         else:
             actual = spark.read.parquet(str(args.actual))
         expected, misplaced = _expected(spark, args)

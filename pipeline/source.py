@@ -7,7 +7,9 @@ range (large ranges split in `splitSize` pieces), in batch and as a stream.
     spark.read.format("tandem-topic").option("bootstrap", "127.0.0.1:9092")
         .option("topic", "impressions,clicks").load()
 
-Options: `bootstrap` (or `kafka.bootstrap.servers`), `topic` (comma-separated),
+Options: `bootstrap` (or `kafka.bootstrap.servers`), `kafka.client.config` (a client
+properties file for a secured cluster: security.protocol, sasl.*, ssl.*; each reader opens
+it, so it must be at that path where the readers run), `topic` (comma-separated),
 `startingOffsets` / `endingOffsets` ("earliest", "latest" or JSON
 {"topic": {"partition": offset}}), `splitSize` (offsets per input partition,
 default 500000), `maxOffsetsPerTrigger` (streaming read limit) and
@@ -53,7 +55,7 @@ except ImportError:  # Spark 4.0 and 4.1: latestOffset() has no arguments
         """Stand-in: Spark < 4.2 never calls prepareForTriggerAvailableNow."""
 
 
-from pipeline.kafka import Span, offsets, read_span
+from pipeline.kafka import Connection, Span, offsets, read_span
 
 SCHEMA = "topic string, partition int, offset long, timestamp long, key binary, value binary, seq long"
 ARROW_SCHEMA = pa.schema(
@@ -87,9 +89,9 @@ def _seq(headers: Sequence[tuple[str, bytes]] | None) -> int | None:
     return None
 
 
-def read_partition(bootstrap: str, span: Span) -> Iterator[pa.RecordBatch]:
+def read_partition(target: str | Connection, span: Span) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records of one span (runs in a Python worker)."""
-    for records in read_span(bootstrap, span):
+    for records in read_span(target, span):
         columns = [
             [span.topic] * len(records),
             [span.partition] * len(records),
@@ -133,9 +135,11 @@ def plan_spans(start: Offsets, end: Offsets, split: int) -> list[SpanPartition]:
 
 class _Options:
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.bootstrap = options.get("bootstrap") or options.get("kafka.bootstrap.servers")
-        if not self.bootstrap:
+        bootstrap = options.get("bootstrap") or options.get("kafka.bootstrap.servers")
+        if not bootstrap:
             raise ValueError("tandem-topic needs the option 'bootstrap'")
+        # A client properties file (secured clusters), read where each reader connects.
+        self.connection = Connection(bootstrap, options.get("kafka.client.config") or None)
         self.topics = [t.strip() for t in options.get("topic", "").split(",") if t.strip()]
         if not self.topics:
             raise ValueError("tandem-topic needs the option 'topic'")
@@ -146,7 +150,7 @@ class _Options:
         self.max_offsets = int(max_offsets) if max_offsets else None
 
     def bounds(self) -> dict[str, tuple[int, int]]:
-        return offsets(self.bootstrap, self.topics)
+        return offsets(self.connection, self.topics)
 
 
 class TopicBatchReader(DataSourceReader):
@@ -161,7 +165,7 @@ class TopicBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SpanPartition)
-        yield from read_partition(self.options.bootstrap, partition.span)
+        yield from read_partition(self.options.connection, partition.span)
 
 
 def advance(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
@@ -206,7 +210,7 @@ class _TopicStream(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SpanPartition)
-        yield from read_partition(self.options.bootstrap, partition.span)
+        yield from read_partition(self.options.connection, partition.span)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint, not in a consumer group."""

@@ -7,6 +7,7 @@
 | batch_max_records | TANDEM_BATCH_MAX_RECORDS | 10000 input records joined per batch, at most |
 | restore_stall_s | TANDEM_RESTORE_STALL_S | 120: a stalled restore is retried, one failing this long stops |
 | sync_writes | TANDEM_SYNC_WRITES | false: fsync every state write (also survives a machine crash) |
+| create_topics | TANDEM_CREATE_TOPICS | true: create missing topics; false: check topics made by others |
 | data_dir | TANDEM_JOIN_DIR | `<Faust datadir>/tandem-joins` |
 | send_batch_bytes | TANDEM_SEND_BATCH_BYTES | 524288 bytes per record batch the join sends, at most |
 | gc_threshold | TANDEM_GC_THRESHOLD | 50000: first-generation garbage collection threshold, at least |
@@ -47,6 +48,7 @@ class RuntimeSettings:
     batch_max_records: int = 10_000  # 4,000: ~10 % more CPU per record (docs/bench/worker.md)
     restore_stall_s: float = 120.0
     sync_writes: bool = False
+    create_topics: bool = True  # false: topics are created by someone else (ACLs); checked at start
     data_dir: Path | None = None
     gc_threshold: int = 50_000
     gc_batch_threshold: int = 1_000_000  # 0 (collect mid-batch): ~10 % more CPU per record
@@ -88,7 +90,9 @@ class RuntimeSettings:
 def _parse(name: str, raw: str) -> Any:
     if name == "data_dir":
         return Path(raw)
-    if name == "sync_writes":
+    if name in ("sync_writes", "create_topics"):
+        if raw.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r}: use true or false")
         return raw.lower() in ("1", "true", "yes", "on")
     try:
         return float(raw) if name == "restore_stall_s" else int(raw)

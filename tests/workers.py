@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
-
 from app.cluster import WorkerProcess, covered, wait_for
 from app.settings import Settings, create_topics, from_env
 from app.traffic import Traffic, run_traffic
+from assignor.faust_adapter import clients
 from tables.testing import EmbeddedBroker, high_watermarks
 
 PARTITIONS = 6
@@ -32,13 +31,21 @@ class Cluster:
     settings: Settings
     run_dir: Path
     workers: list[WorkerProcess]
+    # How the test's own clients and the workers reach the broker: its bootstrap, or
+    # settings with TLS/SASL (a secured front), the workers then given `worker_env`.
+    connection: str | Mapping[str, Any] = ""
+    worker_env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.connection = self.connection or self.broker.bootstrap
 
     def worker(self, name: str, host: str, rack: str = "rack-1", **kw: Any) -> WorkerProcess:
+        kw["extra_env"] = {**self.worker_env, **kw.get("extra_env", {})}
         worker = WorkerProcess(
             name,
             host,
             rack,
-            self.broker.bootstrap,
+            clients.bootstrap_of(clients.settings_of(self.connection)),
             self.settings.app_id,
             self.run_dir,
             partitions=PARTITIONS,
@@ -62,14 +69,14 @@ class Cluster:
 
     def send(self, traffic: Traffic, count: int, rate: float = 200.0) -> Traffic:
         stop = asyncio.Event()
-        return asyncio.run(run_traffic(self.broker.bootstrap, traffic, rate, stop, limit=count))
+        return asyncio.run(run_traffic(self.connection, traffic, rate, stop, limit=count))
 
     def traffic(self, run: str) -> Traffic:
         return Traffic(self.settings.impressions, self.settings.clicks, run=run)
 
     def read(self, topic: str, done: Done, timeout: float = 30) -> list[dict[str, Any]]:
         """Records of `topic` until `done(records)` holds (or all there are after `timeout`)."""
-        return asyncio.run(_read(self.broker.bootstrap, topic, done, timeout))
+        return asyncio.run(_read(self.connection, topic, done, timeout))
 
     def joins(self, expected: set[str], timeout: float = 30) -> set[str]:
         """Join ids read back, once they cover `expected` (duplicates may come first)."""
@@ -78,15 +85,18 @@ class Cluster:
 
     def highwaters(self, topic: str) -> dict[int, int]:
         """Each partition's end offset, from fetch responses (ListOffsets is short on tansu)."""
-        return asyncio.run(high_watermarks(self.broker.bootstrap, topic, PARTITIONS, 15))
+        return asyncio.run(high_watermarks(self.connection, topic, PARTITIONS, 15))
 
 
 def _ids(records: list[dict[str, Any]]) -> set[str]:
     return {r["join_id"] for r in records}
 
 
-async def _read(bootstrap: str, topic: str, done: Done, timeout: float) -> list[dict[str, Any]]:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+async def _read(
+    connection: str | Mapping[str, Any], topic: str, done: Done, timeout: float
+) -> list[dict[str, Any]]:
+    consumer = clients.consumer(clients.settings_of(connection), auto_offset_reset="earliest")
+    consumer.subscribe([topic])
     await consumer.start()
     seen: list[dict[str, Any]] = []
     try:
@@ -101,15 +111,21 @@ async def _read(bootstrap: str, topic: str, done: Done, timeout: float) -> list[
 
 
 @contextmanager
-def cluster(broker: EmbeddedBroker, unique: str, run_dir: Path) -> Iterator[Cluster]:
+def cluster(
+    broker: EmbeddedBroker,
+    unique: str,
+    run_dir: Path,
+    connection: str | Mapping[str, Any] = "",
+    worker_env: dict[str, str] | None = None,
+) -> Iterator[Cluster]:
     settings = dataclasses.replace(
         from_env(),
         app_id=f"tandem-test-{unique}",
         topic_prefix=f"t{unique}-",
         partitions=PARTITIONS,
     )
-    asyncio.run(create_topics(broker.bootstrap, settings))
-    running = Cluster(broker, settings, run_dir, [])
+    asyncio.run(create_topics(connection or broker.bootstrap, settings))
+    running = Cluster(broker, settings, run_dir, [], connection, worker_env or {})
     try:
         yield running
     finally:

@@ -28,10 +28,11 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from faust.exceptions import ImproperlyConfigured
 from faust.transport.consumer import Consumer as FaustConsumer
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer, server_list
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer
 from faust.types import TP, AppT
 
 from assignor.faust_adapter import internals
+from assignor.faust_adapter.clients import app_settings
 from assignor.faust_adapter.probes import fetched_high_watermarks
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class RecordTaker(Protocol):
 
 _takers: weakref.WeakKeyDictionary[Any, RecordTaker] = weakref.WeakKeyDictionary()
 _start_checks: weakref.WeakKeyDictionary[Any, list[StartCheck]] = weakref.WeakKeyDictionary()
-StartCheck = Callable[[list[str]], Awaitable[None]]
+StartCheck = Callable[[], Awaitable[None]]
 
 
 def set_record_taker(app: AppT, taker: RecordTaker) -> None:
@@ -115,7 +116,7 @@ def set_record_taker(app: AppT, taker: RecordTaker) -> None:
 
 
 def add_start_check(app: AppT, check_: StartCheck) -> None:
-    """Run `check_(bootstrap_servers)` before the worker joins its group; it raises to stop it."""
+    """Run `check_()` before the worker joins its group; it raises to stop it."""
     _start_checks.setdefault(app, []).append(check_)
 
 
@@ -124,9 +125,8 @@ class TandemConsumerThread(AIOKafkaConsumerThread):
     fetch_high_watermarks = False  # the broker's ListOffsets is short (the embedded one)
 
     async def on_start(self) -> None:
-        servers = server_list(self.transport.url, self.transport.default_port)
         for start_check in _start_checks.get(self.app, []):
-            await start_check(servers)
+            await start_check()
         await super().on_start()
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
@@ -150,8 +150,7 @@ class TandemConsumerThread(AIOKafkaConsumerThread):
         ListOffsets answers short (Faust then stops with ConsistencyError)."""
         if not self.fetch_high_watermarks:
             return await super()._highwaters(partitions)  # type: ignore[no-any-return]
-        servers = server_list(self.transport.url, self.transport.default_port)
-        return await fetched_high_watermarks(servers, list(partitions))
+        return await fetched_high_watermarks(app_settings(self.app, "probe"), list(partitions))
 
 
 class RawRecords:

@@ -35,13 +35,13 @@ from faust.assignor import PartitionAssignor
 from faust.assignor.client_assignment import ClientAssignment
 from faust.exceptions import ImproperlyConfigured
 from faust.tables.manager import TableManager
-from faust.transport.drivers.aiokafka import server_list
 from faust.types import TP, AppT
 from yarl import URL
 
 from assignor import PlanStats, plan_with_stats, wire
 from assignor.core.plan import collector_paused
 from assignor.faust_adapter import internals
+from assignor.faust_adapter.clients import app_settings
 from assignor.faust_adapter.consumer import add_start_check, install_consumer
 from assignor.faust_adapter.faust_tables import faust_table_offsets
 from assignor.faust_adapter.group import delay_follower_sync, install_group_join, request_rejoin
@@ -318,9 +318,9 @@ class TandemAssignor(PartitionAssignor):
         topics = self.join_changelogs() | self.table_changelogs()
         if not topics:
             return {}
-        servers = server_list(self.app.conf.broker, 9092)
+        settings = app_settings(self.app, "probe")
         budget = self.settings.end_offsets_timeout_ms / 1000
-        return await end_offsets(servers, topics, self.settings.fetch_high_watermarks, budget)
+        return await end_offsets(settings, topics, self.settings.fetch_high_watermarks, budget)
 
     def request_probe(self, why: str) -> bool:
         """Ask the group for a rebalance now (a warm-up caught up, or the probing interval)."""
@@ -654,8 +654,10 @@ class _FaustTableOffsets:
         return faust_table_offsets(self.app)
 
 
-async def _verify_joins(assignor: TandemAssignor, bootstrap: list[str]) -> None:
+async def _verify_joins(assignor: TandemAssignor) -> None:
     """Stop the worker before it joins its group if a declared join is not co-partitioned."""
     if assignor.joins:
         topics = {t for j in assignor.joins for t in j.all_topics}
-        verify_copartitioned(assignor.joins, await broker_partition_counts(bootstrap, topics))
+        verify_copartitioned(
+            assignor.joins, await broker_partition_counts(app_settings(assignor.app, "probe"), topics)
+        )

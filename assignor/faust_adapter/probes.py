@@ -12,19 +12,21 @@ import asyncio
 import logging
 
 import aiokafka
-from aiokafka.client import AIOKafkaClient
 from faust.types import TP
+
+from assignor.faust_adapter import clients, internals
+from assignor.faust_adapter.clients import Settings
 
 log = logging.getLogger(__name__)
 
 
 async def fetched_high_watermarks(
-    bootstrap: list[str], tps: list[TP], timeout_s: float = 30.0
+    settings: Settings, tps: list[TP], timeout_s: float = 30.0
 ) -> dict[TP, int]:
     """Each partition's high watermark as a fetch response reports it (correct on every broker)."""
     if not tps:
         return {}  # a worker with only standbys: aiokafka's end_offsets([]) never returns
-    probe = _probe(bootstrap)
+    probe = _probe(settings)
     await probe.start()
     try:
         wanted = [aiokafka.TopicPartition(tp.topic, tp.partition) for tp in tps]
@@ -34,10 +36,8 @@ async def fetched_high_watermarks(
         await probe.stop()
 
 
-def _probe(bootstrap: list[str]) -> aiokafka.AIOKafkaConsumer:
-    return aiokafka.AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False
-    )
+def _probe(settings: Settings) -> aiokafka.AIOKafkaConsumer:
+    return clients.consumer(settings, fetch_max_wait_ms=100, enable_auto_commit=False)  # type: ignore[no-any-return]
 
 
 async def _fetched_marks(
@@ -58,12 +58,12 @@ async def _fetched_marks(
 
 
 async def end_offsets(
-    bootstrap: list[str], topics: set[str], from_fetch: bool, timeout_s: float
+    settings: Settings, topics: set[str], from_fetch: bool, timeout_s: float
 ) -> dict[str, dict[int, int]]:
     """topic -> partition -> end offset of every partition of the topics that exist: from fetch
     responses' high watermarks (`from_fetch`, for a broker whose ListOffsets is short) or from
     ListOffsets. Raises TimeoutError after `timeout_s`; the caller decides what that means."""
-    probe = _probe(bootstrap)
+    probe = _probe(settings)
 
     async def lookup() -> dict[aiokafka.TopicPartition, int]:
         await probe.start()
@@ -89,9 +89,9 @@ async def end_offsets(
     return result
 
 
-async def broker_partition_counts(bootstrap: list[str], topics: set[str]) -> dict[str, int]:
+async def broker_partition_counts(settings: Settings, topics: set[str]) -> dict[str, int]:
     """Partition counts of the topics that exist on the broker (missing ones are left out)."""
-    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    client = clients.metadata_client(settings)
     try:
         await client.bootstrap()
         cluster = await client.fetch_all_metadata()
@@ -99,3 +99,6 @@ async def broker_partition_counts(bootstrap: list[str], topics: set[str]) -> dic
         await client.close()
     counts = {t: len(cluster.partitions_for_topic(t) or ()) for t in topics}
     return {t: n for t, n in counts.items() if n}
+
+
+internals.require(__name__, aiokafka.AIOKafkaConsumer, "_client", instance=True)

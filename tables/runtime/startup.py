@@ -11,9 +11,10 @@ from typing import Any
 
 from faust.types import AppT
 
+from assignor.faust_adapter.clients import Settings, bootstrap_of
 from assignor.faust_adapter.probes import broker_partition_counts
 from assignor.group_scenario import CopartitionError
-from tables.kafka.topics import changelog_configs, create_topics
+from tables.kafka.topics import Topic, TopicsDenied, changelog_configs, create_topics, topic_configs
 from tables.spec import JoinSpec
 
 log = logging.getLogger(__name__)
@@ -23,13 +24,13 @@ class JoinStartupError(RuntimeError):
     """A join cannot start as declared; the message names what to change."""
 
 
-async def prepare_topics(spec: JoinSpec, bootstrap: str) -> int:
-    """Check the join's topics, create the missing ones; returns its partition count."""
+async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True) -> int:
+    """Check the join's topics and create the missing ones (`create`), or, where someone else
+    creates topics (`create` False: TANDEM_CREATE_TOPICS=false), check that every one is there
+    as the join needs it. Returns the join's partition count."""
     app = spec.app
     own = [spec.changelog_topic, spec.dead_letter_topic]
-    counts = await broker_partition_counts(
-        bootstrap.split(","), {*spec.input_topics, *own, *spec.table_changelogs()}
-    )
+    counts = await broker_partition_counts(settings, {*spec.input_topics, *own, *spec.table_changelogs()})
     inputs = {t: counts[t] for t in spec.input_topics if t in counts}
     if len(set(inputs.values())) > 1:
         listed = ", ".join(f"{t}={n}" for t, n in sorted(inputs.items()))
@@ -37,26 +38,84 @@ async def prepare_topics(spec: JoinSpec, bootstrap: str) -> int:
             f"join {spec.name!r} needs its inputs co-partitioned (one partition count), but: {listed}"
         )
     partitions = next(iter(inputs.values()), None) or _declared_count(spec)
-    missing = [t for t in spec.input_topics if t not in inputs]
-    if missing:
-        if not app.conf.topic_allow_declare:
-            raise JoinStartupError(f"join {spec.name!r}: input topic(s) {missing} do not exist")
-        log.info(
-            "tandem: join %r: creating input topic(s) %s with %s partitions", spec.name, missing, partitions
-        )
-        await create_topics(
-            bootstrap, dict.fromkeys(missing, partitions), None, app.conf.topic_replication_factor
-        )
     for topic in own:
         if topic in counts and counts[topic] != partitions:
             raise JoinStartupError(
                 f"join {spec.name!r}: topic {topic!r} has {counts[topic]} partitions, its inputs {partitions}"
                 " (delete it, or give the join a new name)"
             )
-    await create_join_topics(spec, bootstrap, partitions, app.conf.topic_replication_factor)
+    needed = join_topics(spec, partitions)
+    if create:
+        await _create_missing(spec, settings, needed, counts, inputs)
+    else:
+        await _check_precreated(spec, settings, needed, counts)
     _check_tables(spec, counts, partitions)
     _check_no_agent_reads(app, spec)
     return partitions
+
+
+def join_topics(spec: JoinSpec, partitions: int) -> list[Topic]:
+    """Every topic the join needs of the broker: its inputs, its changelog (compacted, deleted
+    after its kind's retention) and its dead-letter topic, with one partition count."""
+    return [
+        *(Topic(name, partitions) for name in spec.input_topics),
+        Topic(spec.changelog_topic, partitions, changelog_configs(spec.kind.retention_ms())),
+        Topic(spec.dead_letter_topic, partitions),
+    ]
+
+
+async def _create_missing(
+    spec: JoinSpec, settings: Settings, needed: list[Topic], counts: dict[str, int], inputs: dict[str, int]
+) -> None:
+    app = spec.app
+    missing_inputs = [t.name for t in needed if t.name in spec.input_topics and t.name not in inputs]
+    if missing_inputs and not app.conf.topic_allow_declare:
+        raise JoinStartupError(f"join {spec.name!r}: input topic(s) {missing_inputs} do not exist")
+    missing = [t for t in needed if t.name not in counts]
+    if not missing:
+        return
+    log.info("tandem: join %r: creating %s", spec.name, ", ".join(t.name for t in missing))
+    try:
+        await create_topics(
+            settings,
+            {t.name: t.partitions for t in missing},
+            {t.name: dict(t.configs) for t in missing},
+            app.conf.topic_replication_factor,
+        )
+    except TopicsDenied as denied:
+        raise JoinStartupError(
+            f"join {spec.name!r}: the broker does not let this app create {', '.join(denied.topics)} "
+            f'({denied.reason}): have them created (docs/operations.md, "Secured clusters") and set '
+            "TANDEM_CREATE_TOPICS=false"
+        ) from None
+
+
+async def _check_precreated(
+    spec: JoinSpec, settings: Settings, needed: list[Topic], counts: dict[str, int]
+) -> None:
+    """TANDEM_CREATE_TOPICS=false: every topic there, with its partition count and, for the
+    changelog, compaction; else one error listing each problem and the line that fixes it."""
+    present = [t.name for t in needed if t.name in counts]
+    configs = await topic_configs(settings, present)
+    bootstrap, replication = bootstrap_of(settings), spec.app.conf.topic_replication_factor
+    problems = []
+    for topic in needed:
+        if topic.name not in counts:
+            problems.append(f"{topic.name} is missing: {topic.create_command(bootstrap, replication)}")
+        elif counts[topic.name] != topic.partitions:
+            problems.append(
+                f"{topic.name} has {counts[topic.name]} partitions, the join needs {topic.partitions}"
+            )
+        elif "compact" in topic.configs.get("cleanup.policy", "") and "compact" not in configs.get(
+            topic.name, {}
+        ).get("cleanup.policy", ""):
+            wanted = topic.configs["cleanup.policy"]
+            problems.append(
+                f"{topic.name} is not compacted: kafka-configs.sh --bootstrap-server {bootstrap} --alter "
+                f"--entity-type topics --entity-name {topic.name} --add-config cleanup.policy=[{wanted}]"
+            )
+    if problems:
+        raise JoinStartupError(f"join {spec.name!r} (TANDEM_CREATE_TOPICS=false): " + "; ".join(problems))
 
 
 def _declared_count(spec: JoinSpec) -> int:
@@ -87,14 +146,3 @@ def _check_no_agent_reads(app: AppT, spec: JoinSpec) -> None:
                 f"agent {agent.name!r} and join {spec.name!r} both read {sorted(shared)}: the join's "
                 "records never reach an agent; handle them in the join's handler, or read another topic"
             )
-
-
-async def create_join_topics(spec: JoinSpec, bootstrap: str, partitions: int, replication: int = 1) -> None:
-    """The join's changelog (compacted, deleted after its kind's retention) and dead-letter
-    topic, with the inputs' partition count."""
-    await create_topics(
-        bootstrap,
-        {spec.changelog_topic: partitions, spec.dead_letter_topic: partitions},
-        {spec.changelog_topic: changelog_configs(spec.kind.retention_ms())},
-        replication,
-    )

@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from faust.transport.drivers.aiokafka import server_list
 from faust.types import TP, AppT
 
+from assignor.faust_adapter.clients import ConnectionFailed, app_settings, check_connection
 from assignor.faust_adapter.consumer import InputRecord, add_start_check, committed_offsets, set_record_taker
 from assignor.faust_adapter.internals import IncompatibleInternals
 from assignor.faust_adapter.partition_assignor import declare_join, install
@@ -30,7 +30,7 @@ from tables.records.codecs import CHECK
 from tables.runtime.gcpacing import raise_gc_threshold
 from tables.runtime.probing import Prober
 from tables.runtime.results import Serializers
-from tables.runtime.startup import prepare_topics
+from tables.runtime.startup import JoinStartupError, prepare_topics
 from tables.runtime.task import JoinTask
 from tables.settings import RuntimeSettings
 from tables.spec import JoinSpec
@@ -86,7 +86,16 @@ class Runtime:
             self.app.topics.add(side.topic)  # Faust subscribes the consumer to what its conductor holds
 
     def _install(self) -> None:
-        # The join's own check first: it names the join and creates the join's topics.
+        # The connection before anything connects (the app's first start, before its services);
+        # then, before the group is joined, the join's own check: it names the join and creates
+        # the join's topics.
+        first_start = self.app.on_first_start
+
+        async def on_first_start() -> None:
+            await first_start()
+            await self._check_connection()
+
+        self.app.on_first_start = on_first_start  # type: ignore[method-assign]
         add_start_check(self.app, self._before_joining)
         install(self.app, local_offsets=self.local_offsets)
         set_record_taker(self.app, self)
@@ -134,7 +143,16 @@ class Runtime:
 
     # -- start-up and rebalances ---------------------------------------------------------------
 
-    async def _before_joining(self, bootstrap: list[str]) -> None:
+    async def _check_connection(self) -> None:
+        """First of all, before Faust's producer and consumer connect: Kafka answers with the
+        app's own settings (TLS, SASL). A wrong password or a missing TLS setting is then one
+        clear line, where Kafka's clients would only say "Unable to bootstrap"."""
+        try:
+            await check_connection(app_settings(self.app, "admin"))
+        except ConnectionFailed as failed:
+            raise JoinStartupError(f"tandem cannot start: {failed}") from None
+
+    async def _before_joining(self) -> None:
         """Before the worker joins its group: the data dir, Faust's producer, partition
         counts, the join's own topics, and the local offsets found on disk (reported at the
         first JoinGroup)."""
@@ -147,8 +165,9 @@ class Runtime:
             raise IncompatibleInternals("Tandem cannot start: " + "; ".join(problems))
         collect_handler_sends(self.app)
         self._log_compiled_parts()
+        admin = app_settings(self.app, "admin")
         for task in self.tasks.values():
-            task.partitions = await prepare_topics(task.spec, ",".join(bootstrap))
+            task.partitions = await prepare_topics(task.spec, admin, self.settings.create_topics)
         self.refresh_offsets()
 
     def _log_compiled_parts(self) -> None:
@@ -201,7 +220,7 @@ class Runtime:
 
     def open_state(self, spec: JoinSpec) -> JoinState:
         return JoinState(
-            ",".join(server_list(self.app.conf.broker, 9092)),
+            app_settings(self.app, "restore"),
             spec.changelog_topic,
             self.data_dir,
             kind=spec.kind,

@@ -1,7 +1,7 @@
 """The state of one join on this worker: a RocksDB store per partition it owns (active)
 or replicates (standby), restored and tailed from the join's changelog.
 
-    state = JoinState(bootstrap, "app-clicks-changelog", data_dir, kind=WindowedKind(...))
+    state = JoinState(connection, "app-clicks-changelog", data_dir, kind=WindowedKind(...))
     moves = await state.assign(active={0, 1}, standby={2}, warmup={3})  # opens, closes; tails 2, 3
     await state.restore(moves.to_restore, on_ready)          # background: one partition at a time ready
     state.active(0).operator.process_many(...)               # the operator of an active partition
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
+from assignor.faust_adapter.clients import Settings, settings_of
 from tables.operators.base import JoinKind
 from tables.settings import SEND_BATCH_BYTES
 from tables.state.partition import Role, StatePartition
@@ -59,7 +60,7 @@ class JoinState:
 
     def __init__(
         self,
-        bootstrap: str,
+        connection: str | Settings,
         changelog: str,
         data_dir: Path | str,
         *,
@@ -81,7 +82,12 @@ class JoinState:
         self.ready: set[int] = set()  # active partitions restored to the end of their changelog
         self.warming: set[int] = set()  # standbys that are warm-up replicas of a pending move
         self.recovery = Recovery(
-            bootstrap, changelog, self.partitions, self._rebuild, stall_timeout_s, reopen=self._reopen
+            settings_of(connection),
+            changelog,
+            self.partitions,
+            self._rebuild,
+            stall_timeout_s,
+            reopen=self._reopen,
         )
         self._tail: asyncio.Task[None] | None = None
 

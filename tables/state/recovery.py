@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
+from assignor.faust_adapter import clients
+from assignor.faust_adapter.clients import Settings
 from tables.state.partition import StatePartition
 
 log = logging.getLogger(__name__)
@@ -73,14 +75,14 @@ class Recovery:
 
     def __init__(
         self,
-        bootstrap: str,
+        settings: Settings,
         changelog: str,
         partitions: Mapping[int, StatePartition],
         rebuild: Rebuild,
         stall_timeout_s: float = 120.0,
         reopen: Rebuild | None = None,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.settings = settings  # the connection (the app's credentials)
         self.changelog = changelog
         self.partitions = partitions  # the join state's live map (entries may be replaced)
         self.rebuild = rebuild
@@ -91,8 +93,8 @@ class Recovery:
         self.events: list[str] = []  # what restores found and did (log start moved, rebuilt)
 
     def _consumer(self) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+        return clients.consumer(  # type: ignore[no-any-return]
+            self.settings,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=4 * 1024 * 1024,

@@ -17,6 +17,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from aiokafka import TopicPartition
+from aiokafka.admin import NewTopic
+
+from assignor.faust_adapter import clients
+from assignor.faust_adapter.clients import Settings
+
 
 class BrokerError(RuntimeError):
     """The embedded broker could not be started."""
@@ -41,8 +47,12 @@ def broker_binary() -> str:
 class EmbeddedBroker:
     """One tansu process on a free 127.0.0.1 port, stopped by its process id."""
 
-    def __init__(self, port: int | None = None, log_dir: Path | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, log_dir: Path | None = None, advertised_port: int | None = None
+    ) -> None:
         self.port = port or free_port()
+        # The port named in metadata: another one puts a proxy (TLS, SASL) in every client's path.
+        self.advertised_port = advertised_port or self.port
         self.bootstrap = f"127.0.0.1:{self.port}"
         self._log_dir = log_dir
         self._process: subprocess.Popen[bytes] | None = None
@@ -54,6 +64,7 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 15.0) -> EmbeddedBroker:
         url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://127.0.0.1:{self.advertised_port}"
         log_dir = self._log_dir or Path(tempfile.mkdtemp(prefix="tansu-"))
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"tansu-{self.port}.log"
@@ -65,7 +76,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                advertised,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -140,13 +151,11 @@ FAST_GROUP_SETTINGS: dict[str, int] = {
 
 
 async def create_topics(
-    bootstrap: str, names: Iterable[str] | Mapping[str, int], partitions: int = 1
+    connection: str | Settings, names: Iterable[str] | Mapping[str, int], partitions: int = 1
 ) -> None:
     """Create topics: names with one partition count, or a name -> count mapping."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # only where topics are made
-
     counts = dict(names) if isinstance(names, Mapping) else dict.fromkeys(names, partitions)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = clients.admin(clients.settings_of(connection))
     await admin.start()
     try:
         await admin.create_topics([NewTopic(t, n, 1) for t, n in counts.items()])
@@ -154,12 +163,12 @@ async def create_topics(
         await admin.close()
 
 
-async def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: float = 30) -> dict[int, int]:
+async def high_watermarks(
+    connection: str | Settings, topic: str, partitions: int, timeout: float = 30
+) -> dict[int, int]:
     """Each partition's end offset, from fetch responses: the embedded broker's
     ListOffsets is short by up to a batch (docs/embedded-broker.md)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
+    consumer = clients.consumer(clients.settings_of(connection), fetch_max_wait_ms=100)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -178,14 +187,12 @@ async def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: 
 
 
 async def read_records(
-    bootstrap: str, topic: str, partitions: int, timeout: float = 30.0, **consumer_options: Any
+    connection: str | Settings, topic: str, partitions: int, timeout: float = 30.0, **consumer_options: Any
 ) -> list[Any]:
     """Every record of the topic (aiokafka ConsumerRecords), read up to each partition's
     high watermark as fetch responses report it; `consumer_options` go to the consumer."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, fetch_max_wait_ms=100, enable_auto_commit=False, **consumer_options
+    consumer = clients.consumer(
+        clients.settings_of(connection), fetch_max_wait_ms=100, enable_auto_commit=False, **consumer_options
     )
     await consumer.start()
     found: list[Any] = []
