@@ -34,11 +34,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.cluster import REPO, WorkerProcess, covered, wait_for
 from app.settings import Settings, create_topics, from_env
+from assignor.faust_adapter import clients
 from tables.testing import EmbeddedBroker, high_watermarks
 
 DAY_MS = 24 * 3600 * 1000
@@ -157,7 +157,7 @@ async def produce(bootstrap: str, gen: Generator, events: int, rate: float | Non
                   bad_places: dict[str, list[Place]]) -> int:  # fmt: skip
     """Send about `events` records (at `rate` a second if given); returns how many. Where
     each bad record landed goes to `bad_places` (kind -> places)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5,
+    producer = clients.producer(clients.settings_of(bootstrap), linger_ms=5,
                                 max_request_size=2 * 1024 * 1024, request_timeout_ms=60000)  # fmt: skip
     await producer.start()
     sent, i, began = 0, 0, time.monotonic()
@@ -248,7 +248,7 @@ class Chaos:
 
 async def committed(bootstrap: str, group: str, topics: list[str], partitions: int) -> dict:
     """The group's committed offsets (partitions listed: tansu cannot answer without)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = clients.admin(clients.settings_of(bootstrap))
     await admin.start()
     try:
         tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
@@ -272,7 +272,7 @@ async def backlog(bootstrap: str, settings: Settings) -> int:
 async def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
     """Every record value of `topic`, up to the high watermarks."""
     ends = await high_watermarks(bootstrap, topic, partitions)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, max_partition_fetch_bytes=4 << 20)
+    consumer = clients.consumer(clients.settings_of(bootstrap), max_partition_fetch_bytes=4 << 20)
     await consumer.start()
     values: list[bytes] = []
     try:
@@ -330,7 +330,7 @@ async def dedupe_to_topic(bootstrap: str, values: list[bytes], topic: str) -> in
     without --allow-duplicates then judges it. Returns the records written.
     """
     seen: set[str] = set()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    producer = clients.producer(clients.settings_of(bootstrap), linger_ms=20)
     await producer.start()
     try:
         for value in values:

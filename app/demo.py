@@ -19,11 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
-
 from app.cluster import WorkerProcess, covered, join_view
 from app.settings import Settings, create_topics, from_env
 from app.traffic import Traffic, run_traffic
+from assignor.faust_adapter import clients
 from tables.testing import EmbeddedBroker
 
 PARTITIONS = 6
@@ -72,9 +71,8 @@ class Outputs:
         self.mark = float("inf")
 
     async def run(self, stop: asyncio.Event) -> None:
-        consumer = AIOKafkaConsumer(
-            self.topic, bootstrap_servers=self.bootstrap, auto_offset_reset="earliest"
-        )
+        consumer = clients.consumer(clients.settings_of(self.bootstrap), auto_offset_reset="earliest")
+        consumer.subscribe([self.topic])
         await consumer.start()
         try:
             while not stop.is_set():

@@ -71,7 +71,7 @@ async def fetch_routing(
         client_timeout = aiohttp.ClientTimeout(total=timeout)
         async with (
             aiohttp.ClientSession(timeout=client_timeout) as session,
-            session.get(url) as response,
+            session.get(url, allow_redirects=False) as response,
         ):
             if response.status != 200:
                 return None

@@ -96,6 +96,8 @@ _FLEXIBLE_FROM: dict[int, int] = {API_VERSIONS: 3, SASL_AUTHENTICATE: 2}
 
 # Kafka error codes and the messages its SaslServerAuthenticator sends.
 UNSUPPORTED_SASL_MECHANISM = 33
+TOPIC_AUTHORIZATION_FAILED = 29
+CREATE_TOPICS = 19
 SASL_AUTHENTICATION_FAILED = 58
 PLAIN_FAILED = "Authentication failed: Invalid username or password"
 
@@ -537,6 +539,7 @@ class KafkaFrontProxy:
         ssl_context: ssl.SSLContext | None = None,
         users: Mapping[str, str] | None = None,
         mechanisms: Sequence[str] = SASL_MECHANISMS,
+        deny_create_topics: str | None = None,
     ) -> None:
         unknown = set(mechanisms) - set(SASL_MECHANISMS)
         if unknown:
@@ -546,6 +549,9 @@ class KafkaFrontProxy:
         self.ssl_context = ssl_context
         self.users = dict(users) if users is not None else None
         self.mechanisms = list(mechanisms)
+        # As an ACL without Create would: a CreateTopics of a topic whose name starts with this
+        # prefix ("" for every topic) is answered TOPIC_AUTHORIZATION_FAILED (all its topics).
+        self.deny_create_topics = deny_create_topics
         self._scram = {
             mechanism: {
                 name: ScramCredential.from_password(mechanism, pw) for name, pw in (users or {}).items()
@@ -620,7 +626,12 @@ class KafkaFrontProxy:
             if self.users is not None:
                 await self._authenticate(reader, writer, peer, connect_upstream)
             up_reader, up_writer = await connect_upstream()
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            if self.deny_create_topics is not None:
+                await _relay_denying_create_topics(
+                    reader, writer, up_reader, up_writer, peer, self.deny_create_topics
+                )
+            else:
+                await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         except _Refused as refusal:
             log.warning("refused %s: %s", peer, refusal)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -762,6 +773,81 @@ async def _read_frame(reader: asyncio.StreamReader, limit: int, timeout: float) 
         return await reader.readexactly(size)
 
 
+async def _relay_denying_create_topics(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+    peer: str,
+    prefix: str,
+) -> None:
+    """Requests forwarded frame by frame, except a CreateTopics of a topic named with
+    `prefix`, answered here with TOPIC_AUTHORIZATION_FAILED for every topic in it; responses
+    go back in request order (Kafka's promise on one connection), those made here in turn."""
+    order: asyncio.Queue[bytes | None] = asyncio.Queue()  # None: the upstream's next response
+
+    async def requests() -> None:
+        while True:
+            frame = await _read_any_frame(reader)
+            header = parse_request_header(frame)
+            names = create_topics_names(frame, header) if header.api_key == CREATE_TOPICS else []
+            if any(name.startswith(prefix) for name in names):
+                log.warning("refused %s: CreateTopics of %s (not authorized)", peer, ", ".join(names))
+                await order.put(create_topics_denied(header, names))
+                continue
+            await order.put(None)
+            up_writer.write(struct.pack(">i", len(frame)) + frame)
+            await up_writer.drain()
+
+    async def responses() -> None:
+        while True:
+            local = await order.get()
+            if local is None:
+                frame = await _read_any_frame(up_reader)
+                writer.write(struct.pack(">i", len(frame)) + frame)
+            else:
+                writer.write(local)
+            await writer.drain()
+
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+        await asyncio.gather(requests(), responses())
+
+
+async def _read_any_frame(reader: asyncio.StreamReader) -> bytes:
+    size = int(struct.unpack(">i", await reader.readexactly(4))[0])
+    return await reader.readexactly(size)
+
+
+def create_topics_names(frame: bytes, header: RequestHeader) -> list[str]:
+    """The topic names of a CreateTopics request, v0-v4 (not flexible; aiokafka sends v3)."""
+    if header.api_version > 4:
+        raise _Refused(f"{header.describe()}: only CreateTopics v0-v4 are read here")
+    cursor = _Cursor(frame, header.body_offset)
+    names = []
+    for _ in range(cursor.int32()):
+        names.append(cursor.string() or "")
+        cursor.int32(), cursor.int16()  # partitions, replication factor
+        for _ in range(cursor.int32()):  # replica assignments
+            cursor.int32()
+            for _ in range(cursor.int32()):
+                cursor.int32()
+        for _ in range(cursor.int32()):  # configs
+            cursor.string(), cursor.string()
+    return names
+
+
+def create_topics_denied(header: RequestHeader, names: Sequence[str]) -> bytes:
+    """A CreateTopics response (v0-v4) refusing every topic as Kafka's authorizer does."""
+    version = header.api_version
+    body = struct.pack(">i", 0) if version >= 2 else b""  # throttle_time_ms
+    body += struct.pack(">i", len(names))
+    for name in names:
+        body += _string(name) + struct.pack(">h", TOPIC_AUTHORIZATION_FAILED)
+        if version >= 1:
+            body += _string("Authorization failed.")
+    return response_frame(header.correlation_id, body)
+
+
 async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
     try:
         while data := await source.read(1 << 16):
@@ -793,6 +879,7 @@ class ProxyProcess:
     client_ca_file: Path | None = None  # set: clients must present a certificate it signed
     users: Mapping[str, str] | None = None
     mechanisms: Sequence[str] = SASL_MECHANISMS
+    deny_create_topics: str | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -816,6 +903,7 @@ class ProxyProcess:
             "client_ca_file": str(self.client_ca_file) if self.client_ca_file else None,
             "users": dict(self.users) if self.users is not None else None,
             "mechanisms": list(self.mechanisms),
+            "deny_create_topics": self.deny_create_topics,
             "ready_file": str(ready),
         }
         descriptor = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -872,6 +960,7 @@ async def _run(settings: Mapping[str, Any]) -> None:
         ssl_context=_context_from_settings(settings),
         users=settings.get("users"),
         mechanisms=settings.get("mechanisms") or SASL_MECHANISMS,
+        deny_create_topics=settings.get("deny_create_topics"),
     )
     await proxy.start()
     stop = asyncio.Event()
@@ -911,6 +1000,7 @@ class SecuredBroker:
         users: Mapping[str, str] | None = None,
         client_auth: bool = False,
         work_dir: Path | None = None,
+        deny_create_topics: str | None = None,
     ) -> None:
         self.tls, self.sasl, self.client_auth = tls, sasl, client_auth
         if client_auth and not tls:
@@ -933,6 +1023,7 @@ class SecuredBroker:
             client_ca_file=self.certificates.ca_file if self.certificates and client_auth else None,
             users=self.users if sasl else None,
             mechanisms=self.mechanisms,
+            deny_create_topics=deny_create_topics,
         )
 
     @property

@@ -86,7 +86,10 @@ async def _fetch_view(url: str) -> tuple[dict[str, Any] | None, str | None]:
     target = url.rstrip("/") + "/tandem/"
     try:
         timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(target) as response:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(target, allow_redirects=False) as response,
+        ):
             if response.status != 200:
                 return None, f"HTTP {response.status}"
             return dict(await response.json()), None
