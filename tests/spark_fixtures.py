@@ -10,12 +10,13 @@ import asyncio
 import atexit
 import functools
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from pyspark.sql import SparkSession
 
+from assignor.faust_adapter import clients
 from pipeline.generate import TrafficConfig, generate
 from pipeline.spark import session
 
@@ -49,10 +50,14 @@ def busy_traffic() -> Path:
 
 
 async def produce_values(
-    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]], batched: bool = True
+    connection: str | Mapping[str, Any],
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    batched: bool = True,
 ) -> None:
     """Produce (key, value) pairs in order; `batched` lets several records share a batch."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20 if batched else 0, acks=1)
+    settings = clients.settings_of(connection)
+    producer = clients.producer(settings, linger_ms=20 if batched else 0, acks=1)
     await producer.start()
     try:
         futures = [await producer.send(topic, value, key=key) for key, value in records]

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from pyspark.sql import SparkSession
 
-from pipeline.kafka import offsets
+from pipeline.kafka import Connection, offsets, source_options
 from pipeline.source import advance, plan_spans
 from tables.testing import EmbeddedBroker, create_topics
+from tables.testing.secure import SecuredBroker
 from tests.spark_fixtures import produce_values, spark_session
 
 PARTITIONS = 3
@@ -156,3 +158,30 @@ def test_end_offsets_of_empty_and_single_key_partitions(broker: EmbeddedBroker, 
     assert {tp: end for tp, (_, end) in ends.items()} == {
         f"{topic}:{p}": 5 if p == busy else 0 for p in parts
     }
+
+
+def test_the_source_reads_a_secured_cluster_with_a_client_config(
+    spark: SparkSession, unique: str, tmp_path: Path
+) -> None:
+    """SASL over TLS: the offsets and every reader go through the front with the file's
+    settings (`kafka.client.config`; the pipeline's --client-config sets it)."""
+    topic = f"sec-{unique}"
+    records = [(f"k{i % 7}".encode(), f"v{i}".encode()) for i in range(120)]
+    with SecuredBroker(tls=True, sasl=True, work_dir=tmp_path / "b") as secured:
+        config = secured.write_client_config(tmp_path / "client.properties", "SCRAM-SHA-256")
+        settings = secured.aiokafka_settings("SCRAM-SHA-256")
+        asyncio.run(create_topics(settings, [topic], PARTITIONS))
+        asyncio.run(produce_values(settings, topic, records))
+        connection = Connection(secured.bootstrap, str(config))
+        bounds = offsets(connection, [topic])
+        rows = (
+            spark.read.format("tandem-topic")
+            .options(**source_options(connection))
+            .option("topic", topic)
+            .load()
+            .collect()
+        )
+        refusals = secured.refusals()
+    assert sum(end for _, end in bounds.values()) == len(records)
+    assert sorted(r["value"] for r in rows) == sorted(v for _, v in records)
+    assert refusals == []
