@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -544,11 +544,13 @@ def app_settings(app: Any, role: str) -> dict[str, Any]:
     return faust_client_kwargs(app.conf, client_id_suffix=f"tandem-{role}")
 
 
-def settings_of(connection: str | Settings) -> dict[str, Any]:
-    """Settings from either a bootstrap string ("host:port,host:port", plaintext: tests and
-    tools on the embedded broker) or settings already made."""
+def settings_of(connection: str | Sequence[str] | Settings) -> dict[str, Any]:
+    """Settings from bootstrap servers alone ("host:port,host:port" or a list of them:
+    plaintext, as tests and tools on the embedded broker use) or from settings already made."""
     if isinstance(connection, str):
-        return {"bootstrap_servers": [s.strip() for s in connection.split(",") if s.strip()]}
+        connection = connection.split(",")
+    if not isinstance(connection, Mapping):
+        return {"bootstrap_servers": [s.strip() for s in connection if s.strip()]}
     return dict(connection)
 
 
