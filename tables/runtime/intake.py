@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from faust.types import TP, AppT
 
@@ -100,31 +100,12 @@ class Intake:
             if not records:  # every record dead-lettered: all of them are done
                 self.read_next[tp] = last_read + 1
                 return
-        accept = self.codecs[side].accept
-        offsets: list[int] = []
-        stamps: list[int] = []
-        items: list[Event] = []
-        built = self.built
-        nulls = 0
-        for record in records:
-            key, value, offset = record.key, record.value, record.offset
-            checked = accept(key, value, offset, record.timestamp)
-            if type(checked) is tuple:
-                ts = checked[0]
-                offsets.append(offset)
-                stamps.append(ts)
-                items.append((side, key, ts, checked[1], value))
-                if checked[2] is not None:
-                    built[id(value)] = (value, checked[2])
-            elif checked is DROPPED:
-                nulls += 1
-            else:
-                letters.append((topic, partition, offset, key, value, checked))
+        checked = check_records(self.codecs[side], side, tp, records, letters, self.built)
         # The others (dead letters, null values) count as read too, up to the last (a fetch of a
         # partition is in offset order).
-        self.aligner.add_many(partition, topic, offsets, stamps, items, last_read)
-        if nulls:
-            self.stats.null_values[side] += nulls
+        self.aligner.add_many(partition, topic, checked.offsets, checked.stamps, checked.events, last_read)
+        if checked.nulls:
+            self.stats.null_values[side] += checked.nulls
         self.read_next[tp] = records[-1].offset + 1
 
     def release(self, partition: int) -> list[Event]:
@@ -261,6 +242,49 @@ class Intake:
             position = self.read_next.get(tp, committed.get(tp) or 0)
             total += max(0, high - position)
         return total
+
+
+class Checked(NamedTuple):
+    """The good records of a fetch as the operator takes them, with their offsets and times."""
+
+    offsets: list[int]
+    stamps: list[int]
+    events: list[Event]
+    nulls: int
+
+
+def check_records(
+    codec: SideCodec,
+    side: Side,
+    tp: TP,
+    records: Sequence[InputRecord],
+    letters: list[Letter],
+    built: dict[int, tuple[bytes, Any]],
+) -> Checked:
+    """Each record through its side's check (tables/records/codecs.py): accepted ones become
+    events (and their values built on arrival go into `built`, by the id of their bytes),
+    rejected ones dead letters (into `letters`), null values are counted."""
+    accept = codec.accept
+    offsets: list[int] = []
+    stamps: list[int] = []
+    events: list[Event] = []
+    nulls = 0
+    topic, partition = tp.topic, tp.partition
+    for record in records:
+        key, value, offset = record.key, record.value, record.offset
+        checked = accept(key, value, offset, record.timestamp)
+        if type(checked) is tuple:
+            ts = checked[0]
+            offsets.append(offset)
+            stamps.append(ts)
+            events.append((side, key, ts, checked[1], value))  # type: ignore[arg-type]
+            if checked[2] is not None:
+                built[id(value)] = (value, checked[2])  # type: ignore[assignment]
+        elif checked is DROPPED:
+            nulls += 1
+        else:
+            letters.append((topic, partition, offset, key, value, checked))  # type: ignore[arg-type]
+    return Checked(offsets, stamps, events, nulls)
 
 
 def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:

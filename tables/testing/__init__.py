@@ -23,12 +23,15 @@ from tables.testing.broker import (
     high_watermarks,
     read_records,
 )
+from tables.testing.driver import JoinTestDriver, Sent
 from tables.testing.workers import WorkerControl, WorkerProcess, wait_for
 
 __all__ = [
     "FAST_GROUP_SETTINGS",
     "BrokerError",
     "EmbeddedBroker",
+    "JoinTestDriver",
+    "Sent",
     "WorkerControl",
     "WorkerProcess",
     "at_high_watermark",
