@@ -4,17 +4,20 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from faust.models.record import Record
 from faust.types import AppT, TableT, TopicT
 
 from tables.operators.base import JoinKind
 from tables.operators.windowed import JoinType, JoinWindow
-from tables.records.codecs import IdSpec, TimestampSpec, Validate
+from tables.records.codecs import IdSpec, TimestampSpec, Validate, record_fields
 
 How = Literal["inner", "left", "right", "outer"]
 Duration = timedelta | float | int  # a timedelta, or seconds
@@ -150,12 +153,43 @@ def as_input(value: TopicT | JoinInput, timestamp: TimestampSpec, id_: IdSpec) -
     )
 
 
+def _check_field(join: str, side: JoinInput, option: str, field: object) -> None:
+    """A field named by `timestamp=` or `id=` must be one of the input's value fields: a
+    `faust.Record`'s declared fields, or any key of a JSON object (not checkable here)."""
+    if not isinstance(field, str):
+        return
+    topic = side.topic
+    value_type = topic.value_type
+    if isinstance(value_type, type) and issubclass(value_type, Record):
+        names = [f.name for f in record_fields(value_type)]
+        if field not in names:
+            raise JoinDeclarationError(
+                f"join {join!r}: {option}={field!r} is not a field of {value_type.__name__} (the values of "
+                f"{side.name!r}); its fields are {', '.join(names)}"
+            )
+        return
+    serializer = topic.value_serializer or topic.app.conf.value_serializer
+    if serializer != "json" or value_type not in (None, dict, typing.Any):
+        raise JoinDeclarationError(
+            f"join {join!r}: {option}={field!r} names a field, but the values of {side.name!r} are not "
+            f"JSON objects or a faust.Record (value_type={value_type!r}, value_serializer={serializer!r})"
+        )
+
+
 def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
     """Refuse, naming the problem, what would make the join wrong or unstartable."""
     if not _TOPIC_NAME.match(spec.name):
         raise JoinDeclarationError(
             f"join name {spec.name!r}: use letters, digits, '.', '_' and '-' (it names topics)"
         )
+    if not inspect.iscoroutinefunction(spec.handler):
+        raise JoinDeclarationError(
+            f"join {spec.name!r}: its handler {getattr(spec.handler, '__name__', spec.handler)!r} must be "
+            "an `async def` that iterates its results (`async for key, left, right, ts in results`)"
+        )
+    for side in (spec.left, spec.right):
+        _check_field(spec.name, side, "timestamp", side.timestamp)
+        _check_field(spec.name, side, "id", side.id)
     left, right = spec.input_topics
     if left == right:
         raise JoinDeclarationError(f"join {spec.name!r}: a self-join of {left!r} is not supported")

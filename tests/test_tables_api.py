@@ -105,3 +105,38 @@ def test_joins_need_tandems_assignor() -> None:
     app = faust.App(f"stock-{uuid.uuid4().hex[:8]}", broker="kafka://127.0.0.1:1")
     with pytest.raises(Exception, match="PartitionAssignor"):
         join(app, app.topic("a"), app.topic("b"), within=1)(handler)
+
+
+class Order(faust.Record, serializer="json"):
+    order_id: int
+    ts: int
+
+
+def test_mistakes_in_a_declaration_are_refused_at_once_naming_them() -> None:
+    """A field that does not exist, a handler that is not async, a field on raw values: each
+    refused at the declaration (it would otherwise dead-letter everything, or crash the
+    worker at start)."""
+    app = new_app()
+    orders = app.topic("orders", key_type=int, value_type=Order)
+    raw = app.topic("raw", key_type=int, value_type=bytes, value_serializer="raw")
+    payments = app.topic("payments", key_type=int, value_serializer="json")  # JSON objects
+    cases = [
+        ({"timestamp": "created"}, orders, "timestamp='created' is not a field of Order (the values of "
+         "'orders'); its fields are order_id, ts"),
+        ({"id": "order"}, orders, "id='order' is not a field of Order"),
+        ({"timestamp": "ts"}, raw, "timestamp='ts' names a field, but the values of 'raw' are not "
+         "JSON objects"),
+    ]  # fmt: skip
+    for options, left, message in cases:
+        with pytest.raises(JoinDeclarationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            join(app, JoinInput(left, **options), payments, within=1)(handler)
+
+    def not_async(results: JoinResults[Any, Any, Any]) -> None:
+        pass
+
+    with pytest.raises(JoinDeclarationError, match="handler 'not_async' must be an `async def`"):
+        join(app, orders, payments, within=1)(not_async)  # type: ignore[arg-type]
+    spec = join(
+        app, JoinInput(orders, timestamp="ts", id="order_id"), JoinInput(payments, id="any"), within=1
+    )(handler)
+    assert spec.left.timestamp == "ts"  # fields that exist, and any key of a JSON object, pass

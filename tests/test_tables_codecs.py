@@ -211,3 +211,29 @@ def test_the_compiled_check_accepts_exactly_what_the_field_by_field_check_does(
     form = value_form(Order, "json", lambda raw: None)
     slow = form._reason(dict(value))  # type: ignore[attr-defined]
     assert form._well_formed(dict(value)) == (not isinstance(slow, Rejected))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("value_type", "accepted", "rejected"),
+    [
+        (
+            None,
+            [b'{"a": 1}'],
+            [(b"[1, 2, 3]", "a JSON list, not an object"), (b"7", "a JSON int, not an object")],
+        ),
+        (dict, [b"{}"], [(b'"x"', "a JSON str, not an object"), (b"null", "a JSON null, not an object")]),
+        (list, [b"[1, 2, 3]", b"[]"], [(b'{"a": 1}', "a JSON dict, not an array")]),
+        (typing.Any, [b"[1]", b"{}", b"7", b'"x"'], []),
+    ],
+    ids=["none", "dict", "list", "any"],
+)
+def test_a_json_topic_takes_the_kind_its_value_type_names(
+    value_type: typing.Any, accepted: list[bytes], rejected: list[tuple[bytes, str]]
+) -> None:
+    """A JSON topic without a value type (or dict) takes JSON objects, list takes arrays,
+    typing.Any takes any JSON value; the rest is wrong_type, before the handler sees it."""
+    side = codec(value_type)
+    for value in accepted:
+        assert not isinstance(side.check(b"7", value, 0, 1), Rejected), value
+    for value, reason in rejected:
+        assert side.check(b"7", value, 0, 1) == Rejected(f"value is {reason}", "wrong_type")

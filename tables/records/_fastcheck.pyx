@@ -4,7 +4,7 @@ its common configuration, and the decode of a stored record (`RecordForm.stored`
 
 Covered: a key of raw bytes, str or int (`key_check`'s `raw_key`, `str_key`, `int_key`);
 a value that is a plain `faust.Record` in JSON (`RecordForm._plain`: fields of JSON types,
-checked by their annotations; up to 64 fields) or any JSON without `validate`; the time
+checked by their annotations; up to 64 fields) or a JSON object without `validate`; the time
 from an int field or the Kafka timestamp; the id from a str field or the offset;
 `validate`; `max_value_bytes`. tables/records/codecs.py makes none for anything else.
 
@@ -180,7 +180,7 @@ cdef class _Accept:
     """One side's configuration, and its check of one record."""
 
     cdef object handoff, loads, validate, rejected, ts_field, id_field
-    cdef _Model form  # None: any JSON value (a JsonForm)
+    cdef _Model form  # None: a JSON object (a JsonForm of objects)
     cdef int key_kind
     cdef Py_ssize_t ts_index, id_index  # the time's and the id's field in `form`, or -1
     cdef bint builds, has_limit
@@ -201,7 +201,8 @@ cdef class _Accept:
         Py_XDECREF(decoded)  # `payload` holds its own reference
         cdef bint is_dict = PyDict_CheckExact(payload)
         cdef PyObject *values[MAX_FIELDS]
-        if self.form is not None and not (is_dict and self.form.collect(<dict>payload, values)):
+        # Not an object: the reference decides (a JsonForm of objects or a Record rejects it).
+        if not is_dict or (self.form is not None and not self.form.collect(<dict>payload, values)):
             return self.handoff(key, value, offset, message_ts)
         # The time and the id are tested before `validate`: a record that would take the
         # reference's slow steps after it goes there whole, so `validate` runs once.
@@ -321,7 +322,7 @@ def accept(handoff, loads, key_kind, _Model form, ts_field, id_field, validate, 
            rejected):
     """`SideCodec.accept` compiled for one covered configuration: `accept(key, value, offset,
     message_ts)` -> (ts, record id, built value or None), or what `handoff` (the Python
-    accept) answers for the record. `form` None: any JSON value (JsonForm, no validate);
+    accept) answers for the record. `form` None: a JSON object (JsonForm of objects, no validate);
     `ts_field` None: the Kafka timestamp; `id_field` None: the offset; `limit` None: none."""
     if key_kind not in (RAW_KEY, STR_KEY, INT_KEY):
         raise ValueError(f"unknown key kind {key_kind!r}")

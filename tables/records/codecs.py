@@ -185,11 +185,22 @@ class StrForm(ValueForm):
 
 
 class JsonForm(ValueForm):
+    """JSON values of one kind: objects (a topic whose value type is None or dict), arrays
+    (list), or anything JSON (typing.Any: `accepts` None); another kind is `wrong_type`."""
+
+    def __init__(self, accepts: type | None = dict) -> None:
+        self.accepts = accepts
+
     def check(self, raw: bytes) -> Any:
         try:
-            return orjson.loads(raw)
+            payload = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return Rejected(f"malformed JSON: {exc.__class__.__name__}", "undecodable")
+        if self.accepts is not None and type(payload) is not self.accepts:
+            kind = "null" if payload is None else type(payload).__name__
+            wanted = "an object" if self.accepts is dict else "an array"
+            return Rejected(f"value is a JSON {kind}, not {wanted}", "wrong_type")
+        return payload
 
 
 class RecordForm(JsonForm):
@@ -201,6 +212,7 @@ class RecordForm(JsonForm):
     times more)."""
 
     def __init__(self, model: type[Record]) -> None:
+        super().__init__(dict)
         self.model = model
         self.fields = record_fields(model)
         options = model._options
@@ -376,8 +388,12 @@ def value_form(value_type: Any, serializer: str | None, loads: Callable[[bytes],
         return RawForm()
     if serializer == "raw" and value_type is str:
         return StrForm()
-    if serializer == "json" and value_type in (None, dict, list, typing.Any):
-        return JsonForm()
+    if serializer == "json" and value_type in (None, dict):
+        return JsonForm(dict)
+    if serializer == "json" and value_type is list:
+        return JsonForm(list)
+    if serializer == "json" and value_type is typing.Any:
+        return JsonForm(None)
     return FaustForm(loads)
 
 
@@ -540,8 +556,8 @@ class SideCodec:
     def _compiled_accept(self, python_accept: Accept) -> Accept | None:
         """The compiled accept (tables/records/_fastcheck.pyx) of this side, or None: not built, not in
         use (`CHECK.use`, TANDEM_PURE_PYTHON=1), or a configuration it does not cover. It
-        covers raw, str and int keys; a plain Record in JSON (`RecordForm._plain`), or any
-        JSON without `validate`; the time from a field or the Kafka timestamp; the id from a
+        covers raw, str and int keys; a plain Record in JSON (`RecordForm._plain`), or JSON
+        objects without `validate`; the time from a field or the Kafka timestamp; the id from a
         field or the offset. It hands every other record to `python_accept`."""
         fast = CHECK.fast
         if fast is None:
@@ -559,7 +575,7 @@ class SideCodec:
         form = self.form
         if type(form) is RecordForm and form._fast_model is not None:
             model = form._fast_model
-        elif type(form) is JsonForm and not self.builds:
+        elif type(form) is JsonForm and form.accepts is dict and not self.builds:
             # `validate` gets the decoded JSON itself and may change it before the time and
             # the id are read from it: only the Python accept keeps that order.
             model = None
