@@ -34,5 +34,11 @@ def test_inputs_with_different_partition_counts_stop_the_worker(
     worker = _worker(broker, unique, tmp_path).start()
     assert wait_for(lambda: not worker.alive, 60), "the worker started anyway"
     log = worker.log_path.read_text()
-    assert worker.process is not None and worker.process.returncode != 0
+    assert worker.process is not None and worker.process.returncode == 1
     assert f"st{unique}-clicks=2" in log and f"st{unique}-impressions=4" in log and "co-partitioned" in log
+    # One clear line, the last, and no traceback (the cause is logged at DEBUG).
+    assert (
+        "[CRITICAL] tandem cannot start: join 'ad-join' needs its inputs co-partitioned"
+        in log.splitlines()[-1]
+    )
+    assert "Traceback" not in log

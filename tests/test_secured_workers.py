@@ -91,6 +91,7 @@ def test_wrong_credentials_stop_the_worker_in_one_clear_line(
             worker = c.worker("w1", "host-a").start()
             assert wait_for(lambda: not worker.alive, 60), "the worker kept retrying"
             log = worker.log_path.read_text()
-    assert worker.process is not None and worker.process.returncode != 0
-    assert "Kafka refused the credentials at" in log and "as 'tandem'" in log
+    assert worker.process is not None and worker.process.returncode == 1
+    assert "tandem cannot start: Kafka refused the credentials at" in log.splitlines()[-1]
+    assert "as 'tandem'" in log and "Traceback" not in log
     assert "not-the-password" not in log and secured.password not in log

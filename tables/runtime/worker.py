@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+import os
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from assignor.faust_adapter.clients import ConnectionFailed, app_settings, check
 from assignor.faust_adapter.consumer import InputRecord, add_start_check, committed_offsets, set_record_taker
 from assignor.faust_adapter.internals import IncompatibleInternals
 from assignor.faust_adapter.partition_assignor import declare_join, install
+from assignor.group_scenario import CopartitionError
 from tables.compiled import PARTS
 from tables.kafka.batches import producer_of, producer_problems
 from tables.kafka.handler_sends import collect_handler_sends
@@ -34,13 +36,29 @@ from tables.runtime.startup import JoinStartupError, prepare_topics
 from tables.runtime.task import JoinTask
 from tables.settings import RuntimeSettings
 from tables.spec import JoinSpec
-from tables.state.datadir import DataDirLock, check_data_dir, lock_data_dir
+from tables.state.datadir import DataDirError, DataDirLock, check_data_dir, lock_data_dir
 from tables.state.manager import JoinState
-from tables.state.store import local_checkpoints
+from tables.state.store import StateFormatError, local_checkpoints
 
 log = logging.getLogger(__name__)
 
 OFFSETS_REFRESH_S = 2.0  # local offsets for the assignor
+# What stops a worker before it joins its group: each says what to change, in one line.
+STARTUP_ERRORS = (JoinStartupError, CopartitionError, DataDirError, StateFormatError, IncompatibleInternals)
+
+
+async def fatal_at_start(check: Callable[[], Awaitable[None]]) -> None:
+    """Run a start-up check; if it finds the worker cannot start, say so in one line (the
+    traceback at DEBUG) and exit with code 1 at once, rather than let Faust's crash unwind
+    a half-started worker into hundreds of lines of tracebacks."""
+    try:
+        await check()
+    except STARTUP_ERRORS as error:
+        log.debug("tandem: the start-up check failed", exc_info=error)
+        log.critical("tandem cannot start: %s", str(error).removeprefix("tandem cannot start: "))
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)
 
 
 class Runtime:
@@ -93,10 +111,10 @@ class Runtime:
 
         async def on_first_start() -> None:
             await first_start()
-            await self._check_connection()
+            await fatal_at_start(self._check_connection)
 
         self.app.on_first_start = on_first_start  # type: ignore[method-assign]
-        add_start_check(self.app, self._before_joining)
+        add_start_check(self.app, lambda: fatal_at_start(self._before_joining))
         install(self.app, local_offsets=self.local_offsets)
         set_record_taker(self.app, self)
         self.app.on_partitions_assigned.connect(self._on_assigned)
