@@ -532,6 +532,9 @@ def redacted(config: ClientConfig | Mapping[str, Any]) -> dict[str, Any]:
 # aiokafka connection settings: bootstrap_servers, client_id, security_protocol, ssl_context,
 # sasl_* (what `app_settings`, `aiokafka_kwargs` or `settings_of` give).
 Settings = Mapping[str, Any]
+# What a client can be made from: settings, or bootstrap servers alone ("host:port,..." or a
+# list: plaintext, as tests and tools on the embedded broker use).
+Connection = str | Sequence[str] | Settings
 _CONNECTION = ("bootstrap_servers", "client_id", "security_protocol", "ssl_context", "sasl_mechanism",
                "sasl_plain_username", "sasl_plain_password", "sasl_kerberos_service_name",
                "sasl_kerberos_domain_name", "sasl_oauth_token_provider")  # fmt: skip
@@ -544,7 +547,7 @@ def app_settings(app: Any, role: str) -> dict[str, Any]:
     return faust_client_kwargs(app.conf, client_id_suffix=f"tandem-{role}")
 
 
-def settings_of(connection: str | Sequence[str] | Settings) -> dict[str, Any]:
+def settings_of(connection: Connection) -> dict[str, Any]:
     """Settings from bootstrap servers alone ("host:port,host:port" or a list of them:
     plaintext, as tests and tools on the embedded broker use) or from settings already made."""
     if isinstance(connection, str):
@@ -554,34 +557,35 @@ def settings_of(connection: str | Sequence[str] | Settings) -> dict[str, Any]:
     return dict(connection)
 
 
-def bootstrap_of(settings: Settings) -> str:
+def bootstrap_of(connection: Connection) -> str:
     """The bootstrap servers as one string (for messages and command lines)."""
-    servers = settings.get("bootstrap_servers") or []
+    servers = settings_of(connection).get("bootstrap_servers") or []
     return servers if isinstance(servers, str) else ",".join(servers)
 
 
-def _connection(settings: Settings) -> dict[str, Any]:
+def _connection(connection: Connection) -> dict[str, Any]:
+    settings = settings_of(connection)
     found = {k: v for k, v in settings.items() if k in _CONNECTION}
     found["bootstrap_servers"] = settings_of(bootstrap_of(settings))["bootstrap_servers"]
     return found
 
 
-def consumer(settings: Settings, **options: Any) -> Any:
+def consumer(settings: Connection, **options: Any) -> Any:
     """An aiokafka consumer (not started) with these connection settings and `options`."""
     return aiokafka.AIOKafkaConsumer(**_connection(settings), **options)
 
 
-def producer(settings: Settings, **options: Any) -> Any:
+def producer(settings: Connection, **options: Any) -> Any:
     """An aiokafka producer (not started) with these connection settings and `options`."""
     return aiokafka.AIOKafkaProducer(**_connection(settings), **options)
 
 
-def admin(settings: Settings, **options: Any) -> Any:
+def admin(settings: Connection, **options: Any) -> Any:
     """An aiokafka admin client (not started) with these connection settings and `options`."""
     return AIOKafkaAdminClient(**_connection(settings), **options)
 
 
-def metadata_client(settings: Settings, **options: Any) -> Any:
+def metadata_client(settings: Connection, **options: Any) -> Any:
     """aiokafka's bare client (metadata only; not bootstrapped) with these settings."""
     return AIOKafkaClient(**_connection(settings), **options)
 
@@ -604,12 +608,13 @@ def describe(settings: Settings) -> str:
     return text + ")"
 
 
-async def check_connection(settings: Settings, timeout_s: float = 30.0) -> None:
+async def check_connection(connection: Connection, timeout_s: float = 30.0) -> None:
     """Connect to each bootstrap server in turn as these settings say (TLS, SASL) and ask for
     metadata; return at the first that answers. Raises `ConnectionFailed` with a one-line
     reason: refused credentials, a failed TLS handshake, a listener that closes the
     connection (it needs TLS or SASL), or no server reachable. Kafka's clients would otherwise
     retry for ever, or say only "Unable to bootstrap"."""
+    settings = settings_of(connection)
     security = {k: v for k, v in settings.items() if k in _CONNECTION and k != "bootstrap_servers"}
     client_id = str(security.pop("client_id", None) or "tandem")
     last: BaseException | None = None

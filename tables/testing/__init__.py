@@ -23,6 +23,7 @@ from tables.testing.broker import (
     high_watermarks,
     read_records,
 )
+from tables.testing.cluster import LocalCluster
 from tables.testing.driver import JoinTestDriver, Sent
 from tables.testing.workers import WorkerControl, WorkerProcess, wait_for
 
@@ -31,6 +32,7 @@ __all__ = [
     "BrokerError",
     "EmbeddedBroker",
     "JoinTestDriver",
+    "LocalCluster",
     "Sent",
     "WorkerControl",
     "WorkerProcess",
