@@ -511,7 +511,16 @@ class Driver:
         """What the runtime does once a batch's results are handled: commit it."""
         self.commit()
 
+    def restart(self) -> None:
+        """A new operator over the same state, as a restarted worker makes."""
+        raise NotImplementedError
+
+    def restore(self) -> None:
+        """A new operator over a fresh state, the changelog so far applied to it."""
+        raise NotImplementedError
+
     def contents(self) -> dict[bytes, bytes]:
+        """The state as committed (what a restart would find)."""
         raise NotImplementedError
 
     def close(self) -> None:
