@@ -520,7 +520,7 @@ class Driver:
         raise NotImplementedError
 
     def contents(self) -> dict[bytes, bytes]:
-        """The state as committed (what a restart would find)."""
+        """Every key the state holds, with the batch's writes not yet committed."""
         raise NotImplementedError
 
     def close(self) -> None:
