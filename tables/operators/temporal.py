@@ -1,0 +1,439 @@
+"""Temporal (enrichment) join: each stream record joined with its table's value as of the
+record's event time (Kafka Streams' KStream-KTable join over a versioned table with
+stream-side grace, KIP-914 and KIP-923). The rules are docs/join-semantics.md,
+"Enrichment: a stream joined with a table as of event time".
+
+Pure operator, no I/O: it reads and writes an ordered key-value state (tables/operators/kv.py)
+and returns matches. Keys and values are bytes, never decoded. Side "left" is the stream,
+"right" the table; a table value of None is a delete.
+
+    join = TemporalJoin(state, how="left", grace=60_000, history=86_400_000)
+    matches = join.process_many(events)          # (side, key, ts, record id, value) each
+    changes = join.take_changes()                # (key, value or None) for the changelog
+    join.restore(key, value); join.finish_restore()
+
+Nothing is indexed in memory: the versions and the pending stream records live in the
+state only, under their own prefixes (docs/tables.md, "The temporal join's state"), so
+the memory used does not grow with the number of keys. The operator keeps a few numbers:
+stream time, counters, and where the next pending record and the next delete to sweep lie.
+
+| key | value |
+| --- | --- |
+| `v` len(key) key ~ts ~offset | `\\x01` + the table's value, or `\\x00` for a delete |
+| `p` ts len(key) key id | the pending stream record's value |
+| `d` len(key) key id | ts of the pending record (with declared ids only) |
+| `g` ts len(key) key | empty: a delete at ts, to sweep once `S - history` passes it |
+| `m:` name | big-endian int: stream_time, late, duplicates, late_updates |
+
+`~` is the bitwise complement: one ascending scan from `v` key ~t finds the latest version
+at or before t first, and of two versions at one time the later offset first.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tables.operators import keys
+from tables.operators.base import Match, Side
+from tables.operators.kv import KV
+
+# One input record as this operator takes it: the table's value may be None (a delete).
+TemporalEvent = tuple[Side, bytes, int, bytes, bytes | None]
+
+VERSION = b"v"
+PENDING = b"p"
+PENDING_ID = b"d"
+GONE = b"g"
+_PENDING_END = b"q"
+_GONE_END = b"h"
+
+PRESENT = b"\x01"
+DELETED = b"\x00"
+
+HOWS = ("inner", "left")
+COUNTERS = ("late", "duplicates", "late_updates")
+OFFSET_BYTES = 8  # a table record's id: its Kafka offset, big-endian (tables/records/codecs.py)
+
+_U64 = struct.Struct(">Q")
+_MAX_U64 = (1 << 64) - 1
+_BIAS = keys.TIME_BIAS
+_MAX_TIME = (1 << 63) - 1  # the largest time a state key can hold
+_pack_len = keys.LEN.pack
+_unpack_len = keys.LEN.unpack_from
+_TIME_AT = 1  # in `p` and `g` keys, the time follows the one-byte prefix
+_KEY_AT = 1 + 8 + keys.LEN.size  # in `p` and `g` keys, where the join key starts
+_VERSIONS_END = b"\xff" * 17  # after every `~ts ~offset` (16 bytes) under one key's prefix
+_STREAM_TIME_KEY = keys.meta_key("stream_time")
+
+
+def _time(ms: int) -> bytes:
+    """Big-endian, biased: byte order is time order. Clamped (for scan bounds)."""
+    return _U64.pack(min(max(ms + _BIAS, 0), _MAX_U64))
+
+
+def _inverted_time(ms: int) -> bytes:
+    """The complement of `_time`: byte order is reverse time order. Clamped."""
+    return _U64.pack(_MAX_U64 - min(max(ms + _BIAS, 0), _MAX_U64))
+
+
+def _decode_time(raw: bytes, at: int) -> int:
+    return int(_U64.unpack_from(raw, at)[0]) - _BIAS
+
+
+def _inverted_offset(record_id: bytes) -> bytes:
+    return _U64.pack(_MAX_U64 - _U64.unpack(record_id)[0])
+
+
+def _join_key(key: bytes) -> bytes:
+    """len(key) + key: what follows a prefix (and a time) in every key of one join key."""
+    return _pack_len(len(key)) + key
+
+
+class TemporalJoin:
+    """The temporal join of one partition over its state (an `Operator`)."""
+
+    def __init__(
+        self, state: KV, how: str = "inner", grace: int = 0, history: int = 0, ids: bool = False
+    ) -> None:
+        """`how`: "inner" or "left"; `grace` and `history` in ms, `history >= grace >= 0`.
+        `ids`: stream records carry declared ids, and one whose id is pending for its key is a
+        duplicate whatever its time; otherwise the id is the input offset. The table's ids are
+        always its offsets (8 bytes, big-endian): they order versions of equal timestamps.
+
+        Reads a few keys of `state` and the first pending record and delete to sweep. Make
+        it over a state whose pending writes came from nothing but `restore`, or none (a
+        fresh overlay, as the runtime does): expired keys of an overlay would be scanned."""
+        check_parameters(how, grace, history)
+        self.state = state
+        self.how = how
+        self.grace = grace
+        self.history = history
+        self.ids = ids
+        self._left = how == "left"
+        self._changes: dict[bytes, bytes | None] = {}
+        self._dirty_meta: set[str] = set()
+        self.stream_time: int | None = self._meta("stream_time")
+        self._stream_time_kept = self.stream_time  # what the state holds
+        self.late = self._meta("late") or 0
+        self.duplicates = self._meta("duplicates") or 0
+        self.late_updates = self._meta("late_updates") or 0
+        # Every pending record below `_due_from` was emitted and every delete below
+        # `_sweep_from` swept: scans start there (past the tombstones the store may still hold,
+        # and the keys this overlay expired, which its scans would not skip).
+        self._due_from = PENDING
+        self._sweep_from = GONE
+        self._next_due: int | None = None  # the earliest pending record's time (or lower)
+        self._next_sweep: int | None = None  # the earliest delete to sweep (or lower)
+        self._load_hints()
+
+    # -- processing -------------------------------------------------------
+
+    def process_many(self, events: Iterable[TemporalEvent]) -> list[Match]:
+        """Each (side, key, ts, record id, value) in turn: the results of stream records
+        that fall due as stream time moves, and of stream records joined at once (past grace
+        on arrival). Table updates emit nothing."""
+        results: list[Match] = []
+        for side, key, ts, record_id, value in events:
+            if side == "left":
+                if value is None:
+                    raise ValueError("a stream record without a value (the runtime drops those)")
+                self._stream_record(key, ts, record_id, value, results)
+            elif side == "right":
+                self._table_update(key, ts, record_id, value, results)
+            else:
+                raise ValueError(f"unknown side {side!r}")
+        return results
+
+    def process(self, side: Side, key: bytes, ts: int, record_id: bytes, value: bytes | None) -> list[Match]:
+        """`process_many` of one event."""
+        return self.process_many(((side, key, ts, record_id, value),))
+
+    def _stream_record(
+        self, key: bytes, ts: int, record_id: bytes, value: bytes, results: list[Match]
+    ) -> None:
+        state = self.state
+        joined = _join_key(key)
+        pending_key = PENDING + _time(ts) + joined + record_id
+        id_key = PENDING_ID + joined + record_id if self.ids else None
+        # Duplicates first: a record read again after a takeover is one, not a late record.
+        if state.get(pending_key if id_key is None else id_key) is not None:
+            self._count("duplicates")
+            return
+        now = self.stream_time
+        if now is not None and ts + self.grace < now:  # past grace on arrival
+            if ts < now - self.history:
+                self._count("late")  # the versions as of ts may be pruned: no answer
+            else:
+                self._emit(key, ts, value, results)
+            return
+        if now is None or ts > now:
+            self._move_to(ts, results)
+        self._put(pending_key, value)
+        if id_key is not None:
+            self._put(id_key, _time(ts))
+        if self._next_due is None or ts < self._next_due:
+            self._next_due = ts
+
+    def _table_update(
+        self, key: bytes, ts: int, record_id: bytes, value: bytes | None, results: list[Match]
+    ) -> None:
+        if len(record_id) != OFFSET_BYTES:
+            raise ValueError(
+                f"a table record's id must be its offset ({OFFSET_BYTES} bytes), not {record_id!r}: "
+                "versions of one timestamp are ordered by it"
+            )
+        now = self.stream_time
+        if now is not None and ts < now - self.history:
+            self._count("late_updates")  # its neighbours may be pruned: it cannot be placed
+            return
+        if now is None or ts > now:
+            self._move_to(ts, results)
+        joined = _join_key(key)
+        versions = VERSION + joined
+        self._put(
+            versions + self._version_suffix(ts, record_id), DELETED if value is None else PRESENT + value
+        )
+        self._prune(versions, self._prune_point())
+        if value is None:  # to sweep once the prune point passes it (ts >= prune point here)
+            self._put(GONE + _time(ts) + joined, b"")
+            if self._next_sweep is None or ts < self._next_sweep:
+                self._next_sweep = ts
+
+    def advance(self, stream_time: int) -> list[Match]:
+        """Stream time moves to `stream_time` (if later) without a record: the results of
+        pending records that fall due by then (`ts + grace < stream_time`)."""
+        results: list[Match] = []
+        stream_time = min(stream_time, _MAX_TIME)
+        if self.stream_time is None or stream_time > self.stream_time:
+            self._move_to(stream_time, results)
+        return results
+
+    # -- time: emission of pending records, the sweep of deletes ------------
+
+    def _watermark(self) -> int:
+        """Pending records with a time below this are due (`ts + grace < stream time`)."""
+        assert self.stream_time is not None
+        return self.stream_time - self.grace
+
+    def _prune_point(self) -> int:
+        """Lookups are only made at or after this time (`stream time - history`)."""
+        assert self.stream_time is not None
+        return self.stream_time - self.history
+
+    def _move_to(self, stream_time: int, results: list[Match]) -> None:
+        """Stream time moves forward: emit what falls due, then sweep deletes (in this order:
+        a due record is looked up before the versions it needs can be pruned)."""
+        self.stream_time = stream_time
+        if self._next_due is not None and self._next_due < self._watermark():
+            self._emit_due(results)
+        if self._next_sweep is not None and self._delete_removable(self._next_sweep, self._prune_point()):
+            self._sweep()
+
+    def _emit_due(self, results: list[Match]) -> None:
+        watermark = self._watermark()
+        due, self._next_due = self._scan_until(self._due_from, _PENDING_END, lambda ts: ts < watermark)
+        expire = self.state.expire
+        for pending_key, value in due:
+            key_end = _KEY_AT + _unpack_len(pending_key, 9)[0]
+            self._emit(pending_key[_KEY_AT:key_end], _decode_time(pending_key, _TIME_AT), value, results)
+            expire(pending_key)
+            self._changes[pending_key] = None
+            if self.ids:
+                id_key = PENDING_ID + pending_key[9:]
+                expire(id_key)
+                self._changes[id_key] = None
+        self._due_from = PENDING + _time(watermark)
+
+    def _sweep(self) -> None:
+        """Deletes the prune point has passed: prune their keys (which removes the delete
+        and every older version if it is still the key's latest at or before that point)."""
+        prune_point = self._prune_point()
+        due, self._next_sweep = self._scan_until(
+            self._sweep_from, _GONE_END, lambda ts: self._delete_removable(ts, prune_point)
+        )
+        expire = self.state.expire
+        for gone_key, _ in due:
+            self._prune(VERSION + gone_key[9:], prune_point)
+            expire(gone_key)
+            self._changes[gone_key] = None
+        self._sweep_from = GONE + _time(prune_point)
+
+    def _scan_until(
+        self, lo: bytes, hi: bytes, due: Callable[[int], bool]
+    ) -> tuple[list[tuple[bytes, bytes]], int | None]:
+        """The items from `lo` whose time (after the one-byte prefix) is `due`, in order,
+        and the time of the first item that is not (None: there is none)."""
+        found: list[tuple[bytes, bytes]] = []
+        for item in self.state.scan(lo, hi):
+            ts = _decode_time(item[0], _TIME_AT)
+            if not due(ts):
+                return found, ts
+            found.append(item)
+        return found, None
+
+    # -- the versioned table -------------------------------------------------
+
+    def _version_suffix(self, ts: int, record_id: bytes) -> bytes:
+        """`~ts ~offset`: newest first, and the later offset first at one time."""
+        return _inverted_time(ts) + _inverted_offset(record_id)
+
+    def _lookup(self, key: bytes, ts: int) -> bytes | None:
+        """The table's value for `key` as of `ts`: its latest version at or before `ts`
+        (the later offset at one time), None if there is none or it is a delete."""
+        versions = VERSION + _join_key(key)
+        for _, stored in self.state.scan(versions + _inverted_time(ts), versions + _VERSIONS_END):
+            return stored[1:] if stored[:1] == PRESENT else None
+        return None
+
+    def _prune(self, versions: bytes, prune_point: int) -> None:
+        """Remove what no lookup at or after `prune_point` can find: of one key's versions
+        at or before it, all but the latest; and that one too if it is a removable delete."""
+        lo, hi = versions + _inverted_time(prune_point), versions + _VERSIONS_END
+        older = list(self.state.scan(lo, hi))  # newest first
+        if older:
+            latest_key, latest = older[0]
+            latest_time = _MAX_U64 - _U64.unpack_from(latest_key, len(versions))[0] - _BIAS
+            if latest[:1] == PRESENT or not self._delete_removable(latest_time, prune_point):
+                del older[0]  # the latest version at or before the prune point: kept
+        for stored_key, _ in older:
+            self._delete(stored_key)
+
+    def _delete_removable(self, delete_time: int, prune_point: int) -> bool:
+        """A key's latest delete (with every older version) can go once the prune point
+        passes it. Not when it reaches it: an update at that very time with an earlier offset
+        is still accepted (it is not older than history), and must stay hidden behind it."""
+        return delete_time < prune_point
+
+    def _emit(self, key: bytes, ts: int, value: bytes, results: list[Match]) -> None:
+        table_value = self._lookup(key, ts)
+        if table_value is not None or self._left:
+            results.append(Match(key, value, table_value, ts))
+
+    # -- state writes, counters, changelog -----------------------------------
+
+    def _put(self, key: bytes, value: bytes) -> None:
+        self.state.put(key, value)
+        self._changes[key] = value
+
+    def _delete(self, key: bytes) -> None:
+        self.state.delete(key)
+        self._changes[key] = None
+
+    def counters(self) -> dict[str, int]:
+        """Records dropped, kept with the state: stream records older than history (`late`),
+        stream records already pending (`duplicates`), table updates older than history
+        (`late_updates`)."""
+        return {name: getattr(self, name) for name in COUNTERS}
+
+    def _meta(self, name: str) -> int | None:
+        raw = self.state.get(keys.meta_key(name))
+        return None if raw is None else keys.decode_int(raw)
+
+    def _count(self, name: str) -> None:
+        value = getattr(self, name) + 1
+        setattr(self, name, value)
+        self.state.put(keys.meta_key(name), keys.encode_int(value))
+        self._dirty_meta.add(name)
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        """The changelog records since the last call (None: a delete): state keys first,
+        then the counters and the stream time, each with its last value."""
+        if self.stream_time is not None and self.stream_time != self._stream_time_kept:
+            self.state.put(_STREAM_TIME_KEY, keys.encode_int(self.stream_time))
+            self._stream_time_kept = self.stream_time
+            self._dirty_meta.add("stream_time")
+        changes = list(self._changes.items())
+        for name in sorted(self._dirty_meta):
+            key = keys.meta_key(name)
+            changes.append((key, self.state.get(key)))
+        self._changes.clear()
+        self._dirty_meta.clear()
+        return changes
+
+    def restore(self, key: bytes, value: bytes | None) -> None:
+        """Apply one changelog record, emitting nothing."""
+        if value is None:
+            self.state.delete(key)
+            return
+        self.state.put(key, value)
+        if key.startswith(keys.META):
+            name = key[len(keys.META) :].decode()
+            if name == "stream_time":
+                self.stream_time = self._stream_time_kept = keys.decode_int(value)
+            elif name in COUNTERS:
+                setattr(self, name, keys.decode_int(value))
+        elif key.startswith(PENDING):
+            ts = _decode_time(key, _TIME_AT)
+            if self._next_due is None or ts < self._next_due:
+                self._next_due = ts
+        elif key.startswith(GONE):
+            ts = _decode_time(key, _TIME_AT)
+            if self._next_sweep is None or ts < self._next_sweep:
+                self._next_sweep = ts
+
+    def finish_restore(self) -> None:
+        """The changelog is applied: find the next pending record and delete again (the
+        restore's deletes may have left the hints low). Nothing falls due: the changelog's
+        stream time is the one its pending records were written under."""
+        self._load_hints()
+
+    def _load_hints(self) -> None:
+        if self.stream_time is not None:  # what is due by then was emitted, what is past swept
+            self._due_from = PENDING + _time(self._watermark())
+            self._sweep_from = GONE + _time(self._prune_point())
+        self._next_due = self._first_time(self._due_from, _PENDING_END)
+        self._next_sweep = self._first_time(self._sweep_from, _GONE_END)
+
+    def _first_time(self, lo: bytes, hi: bytes) -> int | None:
+        for stored_key, _ in self.state.scan(lo, hi):
+            return _decode_time(stored_key, _TIME_AT)
+        return None
+
+
+def check_parameters(how: str, grace: int, history: int) -> None:
+    """ValueError unless `how` is inner or left and `history >= grace >= 0` (ms)."""
+    if how not in HOWS:
+        raise ValueError(f"how must be one of {HOWS}, not {how!r}")
+    if grace < 0:
+        raise ValueError(f"grace must not be negative: {grace}")
+    if history < grace:
+        raise ValueError(
+            f"history ({history} ms) must be at least grace ({grace} ms): a record waiting out its "
+            "grace is looked up in the table's history"
+        )
+
+
+# -- the declaration's side ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemporalKind:
+    """A temporal (enrichment) join (docs/join-semantics.md), as the runtime makes and shows it."""
+
+    how: str
+    grace_ms: int
+    history_ms: int
+    name: str = "temporal"
+    # Counters are read by key, and so is the id of a pending record; versions, pending
+    # records and deletes to sweep are scanned (the batch overlay must index them).
+    unscanned: tuple[bytes, ...] = field(default=(keys.META, PENDING_ID))
+
+    def __post_init__(self) -> None:
+        check_parameters(self.how, self.grace_ms, self.history_ms)
+
+    def operator(self, state: KV, ids: bool) -> TemporalJoin:
+        return TemporalJoin(state, self.how, self.grace_ms, self.history_ms, ids)
+
+    def emits_unmatched(self) -> bool:
+        return self.how == "left"
+
+    def retention_ms(self) -> None:
+        """Compaction only: a key's latest version must be kept however old it is, and
+        what the join removes it deletes with a tombstone."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.name, "how": self.how, "grace_ms": self.grace_ms, "history_ms": self.history_ms}
