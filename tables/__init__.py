@@ -19,7 +19,7 @@ from the bottom: operators and records (pure), spec, kafka, state, runtime, web,
 """
 
 from assignor.faust_adapter import TandemAssignor
-from tables.api import join, runtime_of
+from tables.api import join, join_table, runtime_of
 from tables.records.codecs import MAX_TS_MS
 from tables.runtime.results import JoinBatch, JoinResult, JoinResults
 from tables.runtime.startup import JoinStartupError
@@ -41,5 +41,6 @@ __all__ = [
     "RuntimeSettings",
     "TandemAssignor",
     "join",
+    "join_table",
     "runtime_of",
 ]

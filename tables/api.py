@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from faust.types import AppT, TableT, TopicT
 
@@ -36,6 +36,7 @@ from tables.spec import (
     as_input,
     check_spec,
     join_type_of,
+    temporal_kind_of,
     window_of,
 )
 from tables.web import register_web
@@ -55,6 +56,15 @@ def runtime_of(app: AppT) -> Runtime:
         if app.conf.web_enabled:
             register_web(app, runtime)
     return runtime
+
+
+def declared(spec: JoinSpec) -> JoinSpec:
+    """A join checked against the declaration's rules and the app's other joins, and handed
+    to the app's runtime."""
+    runtime = runtime_of(spec.app)
+    check_spec(spec, runtime.specs())
+    runtime.add(spec)
+    return spec
 
 
 def join(
@@ -111,9 +121,58 @@ def join(
             tables=tuple(tables),
             max_value_bytes=max_value_bytes,
         )
-        runtime = runtime_of(app)
-        check_spec(spec, runtime.specs())
-        runtime.add(spec)
-        return spec
+        return declared(spec)
+
+    return register
+
+
+def join_table(
+    app: AppT,
+    stream: TopicT | JoinInput,
+    table: TopicT | JoinInput,
+    *,
+    grace: Duration | None = None,
+    history: Duration | None = None,
+    how: Literal["inner", "left"] = "inner",
+    name: str | None = None,
+    timestamp: TimestampSpec = None,
+    id: IdSpec = None,  # noqa: A002 - the option's natural name
+    partitioner: Partitioner = "murmur2",
+    tables: Sequence[TableT] = (),
+    max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+) -> Callable[[Handler], JoinSpec]:
+    """Declare an enrichment join: each record of `stream` joined with the value `table` held
+    for its key **as of the record's event time** (Kafka Streams' stream-table join over a
+    versioned table; docs/join-semantics.md, "Enrichment"). Both topics are keyed alike and
+    co-partitioned; each table record is an update of its key at its timestamp, a null value
+    deleting the key from that time on.
+
+    - `stream`, `table`: `app.topic(...)` objects, or `JoinInput(topic, timestamp=..., ...)`.
+    - `grace`: how late (in event time) a table update may arrive and still be seen: a stream
+      record's result is emitted once stream time passes its time plus `grace`.
+    - `history`: how far back (in event time) table versions are kept (default a day, at
+      least `grace`); each key's latest version is kept however old it is.
+    - `how`: "inner" (no result without a table value) or "left" (the table value None).
+    - `timestamp`: as for `join`, for both inputs; `id`: the stream's record identity (a
+      table's records are identified by their offsets).
+    - `name`, `partitioner`, `tables`, `max_value_bytes`: as for `join`.
+
+    The handler is written as for `join`: `async for key, stream_value, table_value, ts in
+    results`, `ts` the stream record's time.
+    """
+
+    def register(handler: Handler) -> JoinSpec:
+        spec = JoinSpec(
+            app=app,
+            name=name or handler.__name__.replace("_", "-"),
+            left=as_input(stream, timestamp, id),
+            right=as_input(table, timestamp, None),
+            kind=temporal_kind_of(how, grace, history),
+            handler=handler,
+            partitioner=partitioner,
+            tables=tuple(tables),
+            max_value_bytes=max_value_bytes,
+        )
+        return declared(spec)
 
     return register

@@ -16,6 +16,7 @@ from faust.models.record import Record
 from faust.types import AppT, TableT, TopicT
 
 from tables.operators.base import JoinKind
+from tables.operators.temporal import TemporalKind
 from tables.operators.windowed import JoinType, JoinWindow
 from tables.records.codecs import IdSpec, TimestampSpec, Validate, record_fields
 
@@ -137,6 +138,26 @@ def join_type_of(how: str) -> JoinType:
         raise JoinDeclarationError(f"how={how!r}: use 'inner', 'left', 'right' or 'outer'") from None
 
 
+DEFAULT_HISTORY = timedelta(days=1)
+
+
+def temporal_kind_of(how: str, grace: Duration | None, history: Duration | None) -> TemporalKind:
+    """An enrichment join's parameters: `how` inner or left; `history`, how far back table
+    versions are kept (default a day, at least `grace`)."""
+    if how not in ("inner", "left"):
+        raise JoinDeclarationError(f"how={how!r}: an enrichment join is 'inner' or 'left'")
+    grace_ms = duration_ms(grace, "grace") or 0
+    history_ms = duration_ms(history, "history")
+    if history_ms is None:
+        history_ms = max(grace_ms, duration_ms(DEFAULT_HISTORY, "history") or 0)
+    if history_ms < grace_ms:
+        raise JoinDeclarationError(
+            f"history ({history_ms} ms) must be at least grace ({grace_ms} ms): a record still within "
+            "its grace must find the table's versions as of its time"
+        )
+    return TemporalKind(how, grace_ms, history_ms)
+
+
 def as_input(value: TopicT | JoinInput, timestamp: TimestampSpec, id_: IdSpec) -> JoinInput:
     """A topic, or a JoinInput; join-wide `timestamp`/`id` apply where the input sets none."""
     if isinstance(value, JoinInput):
@@ -190,6 +211,11 @@ def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
     for side in (spec.left, spec.right):
         _check_field(spec.name, side, "timestamp", side.timestamp)
         _check_field(spec.name, side, "id", side.id)
+    if spec.kind.table_side == "right" and spec.right.id is not None:
+        raise JoinDeclarationError(
+            f"join {spec.name!r}: a table's records are its key's versions in offset order; it takes no "
+            f"id= (given {spec.right.id!r} for {spec.right.name!r})"
+        )
     left, right = spec.input_topics
     if left == right:
         raise JoinDeclarationError(f"join {spec.name!r}: a self-join of {left!r} is not supported")

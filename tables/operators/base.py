@@ -17,8 +17,9 @@ from typing import Any, Literal, NamedTuple, Protocol
 from tables.operators.kv import KV
 
 Side = Literal["left", "right"]  # the two inputs, in declaration order
-# One input record as the operator takes it: side, join key, event time (ms), id, value.
-Event = tuple[Side, bytes, int, bytes, bytes]
+# One input record as the operator takes it: side, join key, event time (ms), id, value (None:
+# a table's delete; a stream's null values never reach an operator).
+Event = tuple[Side, bytes, int, bytes, bytes | None]
 
 
 class Match(NamedTuple):
@@ -78,6 +79,12 @@ class JoinKind(Protocol):
     @property
     def how(self) -> str:
         """The declared `how`: "inner", "left", ..."""
+        ...
+
+    @property
+    def table_side(self) -> Side | None:
+        """The side read as a table (each record an update of its key, a null value a delete,
+        the record id its offset), or None: both sides are streams."""
         ...
 
     @property

@@ -417,6 +417,7 @@ class TemporalKind:
     grace_ms: int
     history_ms: int
     name: str = "temporal"
+    table_side: Side = "right"  # the table: its null values are deletes, its ids its offsets
     # Counters are read by key, and so is the id of a pending record; versions, pending
     # records and deletes to sweep are scanned (the batch overlay must index them).
     unscanned: tuple[bytes, ...] = field(default=(keys.META, PENDING_ID))

@@ -349,6 +349,7 @@ class WindowedKind:
     window: JoinWindow
     join_type: JoinType
     name: str = "windowed"
+    table_side: None = None  # two streams
     # The join reads its records by key (the one scan, indexing them, runs before anything is
     # pending), so the batch overlay need not index any key (tables/operators/kv.py).
     unscanned: tuple[bytes, ...] = (keys.RECORD, keys.META)

@@ -459,8 +459,13 @@ class SideCodec:
         record_id: IdSpec = None,
         validate: Validate | None = None,
         max_value_bytes: int | None = None,
+        deletes: bool = False,
     ) -> None:
+        """`deletes`: the side is a table, whose null value deletes its key from the record's
+        Kafka timestamp on (accepted, with the offset as its id, and no value); else a null
+        value is dropped (`DROPPED`)."""
         self.topic = topic
+        self.deletes = deletes
         self.key = key
         self.form = form
         self.timestamp = timestamp
@@ -488,7 +493,7 @@ class SideCodec:
             # it would silently never join. Rejecting it makes the loss visible.
             return Rejected("null Kafka key", "null_key")
         if value is None:
-            return DROPPED
+            return self._delete(key, offset, message_ts) if self.deletes else DROPPED
         limit = self.max_value_bytes
         if limit is not None and len(value) > limit:
             return Rejected(f"value of {len(value)} bytes exceeds {limit}", "too_large")
@@ -517,6 +522,16 @@ class SideCodec:
         if type(record_id) is Rejected:
             return record_id
         return Accepted(ts, record_id, built)
+
+    def _delete(self, key: bytes, offset: int, message_ts: int | None) -> Accepted | Rejected:
+        """A table's delete: its key checked, its time the Kafka record's (a null value has no
+        field to read a time from), its id the offset."""
+        decoded_key = self.key(key)
+        if type(decoded_key) is Rejected:
+            return decoded_key
+        if type(message_ts) is not int or not 0 <= message_ts <= MAX_TS_MS:
+            return Rejected("a delete (null value) without a usable Kafka timestamp", "timestamp")
+        return Accepted(message_ts, _OFFSET.pack(offset), None)
 
     def _timestamp(self, payload: Any, built: Any, message_ts: int | None) -> int | str:
         spec = self.timestamp
@@ -617,12 +632,16 @@ class SideCodec:
         id_field = self.record_id if isinstance(self.record_id, str) else None
         id_from_offset = self.record_id is None
         slow_timestamp, slow_record_id, pack_offset = self._timestamp, self._record_id, _OFFSET.pack
+        delete = self._delete if self.deletes else None
 
         def accept(key: bytes | None, value: bytes | None, offset: int, message_ts: int | None) -> Any:
             if key is None:
                 return Rejected("null Kafka key", "null_key")
             if value is None:
-                return DROPPED
+                if delete is None:
+                    return DROPPED
+                found = delete(key, offset, message_ts)
+                return found if type(found) is Rejected else (found.ts, found.record_id, None)
             if limit is not None and len(value) > limit:
                 return Rejected(f"value of {len(value)} bytes exceeds {limit}", "too_large")
             decoded_key = key_of(key)

@@ -308,4 +308,9 @@ def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
         record_id=side.id,
         validate=side.validate,
         max_value_bytes=spec.max_value_bytes,
+        deletes=side is _side_of(spec, spec.kind.table_side),
     )
+
+
+def _side_of(spec: JoinSpec, side: str | None) -> JoinInput | None:
+    return {"left": spec.left, "right": spec.right}.get(side or "")
