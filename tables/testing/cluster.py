@@ -72,6 +72,7 @@ class LocalCluster:
     partitions: int | None = None  # the joins' partition count (default: declared, else the app's)
     run_dir: Path | None = None
     cwd: Path | None = None  # where `-A app` is found (default: this process's cwd)
+    env: dict[str, str] = field(default_factory=dict)  # for every worker, over the cluster's own
     broker: EmbeddedBroker = field(init=False)
     workers: list[WorkerProcess] = field(default_factory=list, init=False)
     specs: list[JoinSpec] = field(default_factory=list, init=False)
@@ -106,6 +107,7 @@ class LocalCluster:
             "TANDEM_STANDBY_REPLICAS": str(self.standbys),
             "TANDEM_HOST": name,  # one host label each: standbys go to another worker
             "TANDEM_WORKER": name,
+            **self.env,
         }
         worker = WorkerProcess(name, self.app, self.run_dir, env, port=port, cwd=self.cwd)
         self.workers.append(worker.start())

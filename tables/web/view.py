@@ -91,6 +91,7 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         "deferred": sum(map(len, intake.deferred.values())),
         "late": counts.get("late", 0),
         "duplicates": counts.get("duplicates", 0),
+        "operator_counters": counts,  # every counter of the join's kind (e.g. late_updates)
         "handler_restarts": stats.handler_restarts,
         # Faust messages the handler queued (its tables' changelogs), produced with its output.
         "faust_sends": stats.faust_sends,
