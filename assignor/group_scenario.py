@@ -85,8 +85,7 @@ def copartition_groups(
     declaration we group it like stock Faust does (same partition count, same
     subscribers). Every other topic stands alone.
     """
-    groups = [sorted(t for t in j.all_topics if t in counts) for j in joins]
-    groups = [g for g in groups if g]
+    groups = merged([sorted(t for t in j.all_topics if t in counts) for j in joins])
     taken = {t for g in groups for t in g}
     members_of: dict[str, set[int]] = {}
     for index, sub in enumerate(subscriptions):
@@ -104,6 +103,23 @@ def copartition_groups(
         taken |= set(mates)
     groups += [[t] for t in sorted(set(counts) - taken)]
     return groups
+
+
+def merged(groups: Iterable[Sequence[str]]) -> list[list[str]]:
+    """Groups that share a topic, made one (joins reading one topic: one table enriching two
+    streams): partition p of every topic of both joins goes to one member. Sorted, in the
+    order of each merged group's first appearance; empty groups dropped."""
+    found: list[set[str]] = []
+    for group in groups:
+        mine = set(group)
+        if not mine:
+            continue
+        hits = [i for i, g in enumerate(found) if g & mine]
+        for i in hits:
+            mine |= found[i]
+        found = [g for i, g in enumerate(found) if i not in hits]
+        found.insert(hits[0] if hits else len(found), mine)
+    return [sorted(g) for g in found]
 
 
 def scenario_topics(joins: Sequence[Join], subscription: frozenset[str]) -> list[str]:

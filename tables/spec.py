@@ -239,8 +239,3 @@ def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
     for other in others:
         if other.name == spec.name:
             raise JoinDeclarationError(f"two joins named {spec.name!r} in one app")
-        shared = set(other.input_topics) & set(spec.input_topics)
-        if shared:
-            raise JoinDeclarationError(
-                f"joins {other.name!r} and {spec.name!r} both read {sorted(shared)}: a topic feeds one join"
-            )

@@ -75,11 +75,20 @@ class Intake:
         and records of paused inputs are deferred."""
         taken: list[Fetch] = []
         resumed = self._resume_deferred()
+        upto = dict(self.read_next)  # the next offset not yet taken, per input partition
         for fetch in [resumed, *fetches]:
             kept: Fetch = {}
             for tp, records in fetch.items():
                 if tp.partition not in ready or not records:
                     continue
+                done = upto.get(tp)
+                if done is not None and records[0].offset < done and fetch is not resumed:
+                    # Read again for another join of this topic, set back to where that one is
+                    # not done (Runtime.rewind): this one has taken these already.
+                    records = [r for r in records if r.offset >= done]
+                    if not records:
+                        continue
+                upto[tp] = records[-1].offset + 1
                 if fetch is not resumed and (tp in self.ahead or tp in self.deferred):
                     self.deferred.setdefault(tp, []).extend(records)  # after those deferred before
                     continue

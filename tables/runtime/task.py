@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from faust.types import TP, AppT
 
-from assignor.faust_adapter.consumer import InputRecord, seek
+from assignor.faust_adapter.consumer import InputRecord
 from tables.kafka.batches import producer_of
 from tables.operators.base import Match, counters_of
 from tables.runtime.gcpacing import collection_deferred
@@ -68,6 +68,8 @@ class Worker(Protocol):
     def open_state(self, spec: JoinSpec) -> JoinState: ...
 
     def offsets_on_disk(self, spec: JoinSpec) -> dict[int, int]: ...
+
+    async def rewind(self, restart: dict[TP, int]) -> None: ...
 
 
 def split_fetch(records: Fetch, limit: int) -> list[Fetch]:
@@ -381,10 +383,7 @@ class JoinTask:
         partition would never be read again."""
         for tp, offset in restart.items():
             self.intake.read_next[tp] = offset
-            try:
-                await seek(self.app, tp, offset)
-            except Exception as exc:  # stopping, or no longer assigned: its next owner reads it
-                log.debug("tandem: no seek of %s to %s: %r", tp, offset, exc)
+        await self.worker.rewind(restart)
 
     # -- what the view and the assignor read ------------------------------------------------
 

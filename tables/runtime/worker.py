@@ -21,7 +21,13 @@ from typing import Any
 from faust.types import TP, AppT
 
 from assignor.faust_adapter.clients import ConnectionFailed, app_settings, check_connection
-from assignor.faust_adapter.consumer import InputRecord, add_start_check, committed_offsets, set_record_taker
+from assignor.faust_adapter.consumer import (
+    InputRecord,
+    add_start_check,
+    committed_offsets,
+    seek,
+    set_record_taker,
+)
 from assignor.faust_adapter.internals import IncompatibleInternals
 from assignor.faust_adapter.partition_assignor import declare_join, install
 from assignor.group_scenario import CopartitionError
@@ -68,7 +74,7 @@ class Runtime:
         self.app = app
         self.settings = settings or RuntimeSettings.from_env()
         self.tasks: dict[str, JoinTask] = {}
-        self._by_topic: dict[str, JoinTask] = {}
+        self._by_topic: dict[str, list[JoinTask]] = {}  # a topic may feed several joins
         self.serializers = Serializers(app)
         self._offsets: dict[str, dict[int, int]] = {}  # read by the assignor's thread
         self._installed = False
@@ -96,7 +102,7 @@ class Runtime:
         task = JoinTask(spec, self)
         self.tasks[spec.name] = task
         for topic in spec.input_topics:
-            self._by_topic[topic] = task
+            self._by_topic.setdefault(topic, []).append(task)
         declare_join(
             self.app, topics=[*spec.input_topics, *spec.table_changelogs()], changelog=spec.changelog_topic
         )
@@ -135,9 +141,12 @@ class Runtime:
             await task.dropped(dropped)
 
     def _by_task(self, records: dict[TP, list[Any]]) -> dict[JoinTask, dict[TP, list[Any]]]:
+        """Each task's share of a fetch: a topic read by several joins is fetched once and
+        handed to each (the records are only read)."""
         by_task: dict[JoinTask, dict[TP, list[Any]]] = {}
         for tp, found in records.items():
-            by_task.setdefault(self._by_topic[tp.topic], {})[tp] = found
+            for task in self._by_topic[tp.topic]:
+                by_task.setdefault(task, {})[tp] = found
         return by_task
 
     def held_back(self) -> set[TP]:
@@ -147,14 +156,34 @@ class Runtime:
         return held
 
     def commit_offset(self, tp: TP) -> int | None:
-        return self._by_topic[tp.topic].intake.commit_at.get(tp)
+        """What Faust may commit for a taken partition: what every join reading it is done
+        with (None while one of them has done nothing of it)."""
+        found = [task.intake.commit_at.get(tp) for task in self._by_topic[tp.topic]]
+        return None if None in found else min(found)  # type: ignore[type-var]
 
     def progressed(self) -> Iterable[TP]:
         committed = committed_offsets(self.app)
-        for task in self.tasks.values():
-            for tp, offset in list(task.intake.commit_at.items()):
-                if offset > (committed.get(tp) or 0):
+        for topic, tasks in self._by_topic.items():
+            for tp in {tp for task in tasks for tp in task.intake.commit_at if tp.topic == topic}:
+                offset = self.commit_offset(tp)
+                if offset is not None and offset > (committed.get(tp) or 0):
                     yield tp
+
+    async def rewind(self, restart: dict[TP, int]) -> None:
+        """Set input partitions back so that every join reading one gets what it has not
+        done: to the earliest first-not-done offset of the joins that read it (a join
+        further on skips what it already took: tables/runtime/intake.py)."""
+        committed = committed_offsets(self.app)
+        for tp, offset in restart.items():
+            positions = [offset]
+            for task in self._by_topic.get(tp.topic, []):
+                done = task.intake.read_next.get(tp)
+                positions.append(done if done is not None else committed.get(tp) or 0)
+            target = min(positions)
+            try:
+                await seek(self.app, tp, target)
+            except Exception as exc:  # stopping, or no longer assigned: its next owner reads it
+                log.debug("tandem: no seek of %s to %s: %r", tp, target, exc)
 
     async def quiesce(self) -> None:
         await asyncio.gather(*(task.quiesce() for task in self.tasks.values()))
