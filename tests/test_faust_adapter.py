@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import wire
-from assignor.faust_adapter.consumer import TandemConsumer
+from assignor.faust_adapter.consumer import TandemConsumer, install_consumer
 from assignor.faust_adapter.partition_assignor import (
     STOCK_KEY,
     RoutingUnavailable,
@@ -454,3 +454,25 @@ def test_tandem_refuses_to_start_on_internals_it_was_not_written_for(monkeypatch
     monkeypatch.delattr(FaustConsumer, "_new_offset")
     with pytest.raises(IncompatibleInternals, match="Consumer._new_offset is missing"):
         check()
+
+
+def test_faust_warning_about_a_revoked_partitions_seek_is_kept_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Faust's fetcher warns when it cannot seek a partition a rebalance revoked meanwhile
+    (harmless: nothing to seek); Tandem's consumer keeps that at DEBUG, and its other
+    warnings as they are."""
+    app = faust.App(f"seek-{uuid.uuid4().hex[:6]}", broker="kafka://127.0.0.1:1")
+    install_consumer(app)
+    consumer_class = app.transport.Consumer
+    assert consumer_class.logger.name == "assignor.faust_adapter.consumer"  # not "abc"
+    with caplog.at_level(logging.DEBUG, logger="assignor.faust_adapter.consumer"):
+        consumer_class.logger.warning(
+            "[^--Consumer]: exception performing seek when flow not active IllegalStateError: "
+            "No current assignment for partition TP(topic='t', partition=0)"
+        )
+        consumer_class.logger.warning("[^--Consumer]: something else")
+    levels = [(r.levelname, r.getMessage()[:40]) for r in caplog.records]
+    assert ("WARNING", "[^--Consumer]: something else") in levels
+    assert not any(level == "WARNING" and "performing seek" in message for level, message in levels)
+    assert any(r.levelname == "DEBUG" and "nothing to seek" in r.getMessage() for r in caplog.records)

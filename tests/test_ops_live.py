@@ -129,6 +129,10 @@ def test_group_page_in_chromium_shows_the_assignment(group: Cluster, tmp_path: P
     text = " ".join(page.text)
     for label in ("host-a", "host-b", "rack-1", "rack-2", "generation", "moved warm", "warm-up"):
         assert label in text, label
+    # Who planned the last rebalance, each join's own counters, and since when they count.
+    for label in ("leader", "Joins", "counters since", "A task is what the planner places"):
+        assert label in text, label
+    assert sum(bool((w.view() or {}).get("leader")) for w in group.workers) == 1  # one planned it
     assert page.polylines >= 2 * len(group.workers)  # throughput and lag, a line per worker
     for repr_mark in ("{'", "['", "None", "[]", "{}"):
         assert repr_mark not in text, repr_mark

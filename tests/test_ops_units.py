@@ -148,3 +148,18 @@ def test_every_metric_is_documented() -> None:
     for name, (kind, _, _) in METRICS.items():
         shown = f"`{name}_total`" if kind == "counter" else f"`{name}`"
         assert shown in text, name
+
+
+def test_the_history_covers_the_whole_life_of_a_worker_in_bounded_samples() -> None:
+    """Full, every other sample goes (the first and the last stay): the plots keep the
+    start-up backlog however long the worker has run."""
+    from tables.web.history import SAMPLES_KEPT, Sample, thinned
+
+    samples: list[Sample] = []
+    for n in range(10 * SAMPLES_KEPT):
+        samples.append(Sample(float(n), n, n, 0, 0))
+        if len(samples) > SAMPLES_KEPT:
+            samples = thinned(samples)
+    assert len(samples) <= SAMPLES_KEPT
+    assert samples[0].at == 0.0 and samples[-1].at == 10 * SAMPLES_KEPT - 1
+    assert [s.at for s in samples] == sorted(s.at for s in samples)

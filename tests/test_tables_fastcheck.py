@@ -345,7 +345,7 @@ def _in_range(value: typing.Any, top: int) -> bool:
     st.sampled_from(sorted(MODELS)),
     st.sampled_from([str, int, bytes]),
     st.sampled_from([None, "ts"]),
-    st.sampled_from([None, "event_id"]),
+    st.sampled_from([None, "event_id", "ts"]),  # a str id field, and an int one
     st.booleans(),
     st.sampled_from([None, 10**6]),
     st.data(),
@@ -393,6 +393,7 @@ def test_well_formed_records_stay_on_the_compiled_path(
             (model is not None and type(ts) is not int)  # a field declared int
             or not _in_range(message_ts if timestamp is None else ts, MAX_TS_MS)
             or (record_id is None and not _in_range(offset, 2**63 - 1))
+            or (record_id == "ts" and type(ts) is not int)  # an id that is no str or int
             or (key_type is int and not re.fullmatch(rb"-?[0-9]{1,18}", key))
         )
         assert len(handed) - before == edge

@@ -310,9 +310,40 @@ def install_consumer(
     if app.conf.producer_threaded:
         raise ImproperlyConfigured("Tandem needs producer_threaded=False (it produces on the app's loop)")
     install_raw_records()
+    quiet_revoked_seeks()
     base = transport.Consumer if issubclass(transport.Consumer, TandemConsumer) else TandemConsumer
-    settings = {"fetch_max_wait_ms": fetch_max_wait_ms, "fetch_high_watermarks": fetch_high_watermarks}
+    settings = {
+        "fetch_max_wait_ms": fetch_max_wait_ms,
+        "fetch_high_watermarks": fetch_high_watermarks,
+        "__module__": __name__,  # its logger: this module's (a class made by type() would log as "abc")
+    }
     transport.Consumer = type("TandemConsumer", (base,), settings)
+
+
+class _RevokedSeek(logging.Filter):
+    """Faust's fetcher, given records while a rebalance stopped the flow, seeks every
+    partition it held back to its committed offset, and warns when one was revoked in the
+    meantime ("exception performing seek when flow not active ... No current assignment for
+    partition"). A revoked partition needs no seek (its next owner reads it from the
+    committed offset, and Tandem sets its own inputs back itself): the line is kept at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "exception performing seek when flow not active" in message and "No current assignment" in message:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.msg, record.args = f"{message} (a partition revoked by the rebalance: nothing to seek)", ()
+            return log.isEnabledFor(logging.DEBUG)
+        return True
+
+
+_REVOKED_SEEK = _RevokedSeek()
+
+
+def quiet_revoked_seeks() -> None:
+    """Idempotent: Faust's warning about a revoked partition's seek is kept at DEBUG (Faust's
+    consumer logs through the logger of its class's module: the TandemConsumer's is this one)."""
+    if _REVOKED_SEEK not in log.filters:
+        log.addFilter(_REVOKED_SEEK)
 
 
 def committed_offsets(app: AppT) -> Mapping[TP, int | None]:

@@ -3,7 +3,9 @@ changelog offsets the assignor reports for warm-ups (KIP-441) and a standby's la
 
 from __future__ import annotations
 
+from faust.stores.rocksdb import Store as RocksDBStore
 from faust.tables.manager import TableManager
+from faust.tables.recovery import Recovery
 from faust.types import TP, AppT
 
 from assignor.faust_adapter import internals
@@ -13,8 +15,8 @@ def faust_table_offsets(app: AppT) -> dict[str, dict[int, int]]:
     """Changelog topic -> partition -> offset held by this worker's Faust tables (not global
     ones): what standbys and warm-ups have read (Faust's recovery), and what the open RocksDB
     stores of actives persisted. A partition read to the end of an empty changelog counts as
-    offset 0 (warm-ups need an offset to be caught up). Called from the consumer's thread:
-    copies before it reads."""
+    offset 0 (warm-ups need an offset to be caught up); Faust's -1 (nothing read yet) is no
+    offset at all. Called from the consumer's thread: copies before it reads."""
     found: dict[str, dict[int, int]] = {}
     recovery = getattr(app.tables, "_recovery", None)  # None before the worker started
     if recovery is None:
@@ -24,6 +26,8 @@ def faust_table_offsets(app: AppT) -> dict[str, dict[int, int]]:
             table = recovery.tp_to_table.get(tp)
             if table is None or getattr(table, "is_global", False):
                 continue
+            if offset is not None and offset < 0:
+                offset = None  # Faust's "nothing read": not an offset to report
             if offset is None and faust_standby_lag(app, tp) == 0:
                 offset = 0
             if offset is not None:
@@ -34,7 +38,7 @@ def faust_table_offsets(app: AppT) -> dict[str, dict[int, int]]:
         topic = table.changelog_topic.get_topic_name()
         for partition in list(getattr(table.data, "_dbs", {})):  # open RocksDB stores only
             persisted = table.persisted_offset(TP(topic, partition))
-            if persisted is not None:
+            if persisted is not None and persisted >= 0:
                 mine = found.setdefault(topic, {})
                 mine[partition] = max(int(persisted), mine.get(partition, -1))
     return found
@@ -55,3 +59,5 @@ def faust_standby_lag(app: AppT, tp: TP) -> int | None:
 
 
 internals.require(__name__, TableManager, "_recovery")
+internals.require(__name__, Recovery, "active_offsets", "standby_offsets", "tp_to_table", instance=True)
+internals.require(__name__, RocksDBStore, "_dbs", instance=True)

@@ -291,7 +291,11 @@ cdef class _Accept:
             found = values[self.id_index]
         else:
             found = PyDict_GetItem(<dict>payload, self.id_field)
-        if found == NULL or type(<object>found) is not str:
+        if found == NULL:
+            return None
+        if PyLong_CheckExact(<object>found):  # an int id: its decimal digits, as str(id).encode()
+            return str(<object>found).encode()
+        if type(<object>found) is not str:
             return None
         text = fc_utf8(found, &size)
         if text == NULL:  # a lone surrogate: str.encode() raises, in the reference

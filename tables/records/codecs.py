@@ -477,7 +477,8 @@ class SideCodec:
         # The Python accept: the reference, and what the compiled one hands odd records to.
         self.python_accept: Accept = self._accept()
         compiled = self._compiled_accept(self.python_accept)
-        # Whether this side's records are checked by the compiled accept (tables/records/_fastcheck.pyx).
+        # Whether this side's records are checked by the compiled accept (tables/records/_fastcheck.pyx);
+        # if not, `python_reason` says why.
         self.compiled = compiled is not None
         self.accept: Accept = compiled if compiled is not None else self.python_accept
         # `value(raw)`: the app's value of a stored record (decoded again: state keeps the
@@ -569,34 +570,30 @@ class SideCodec:
         return str(found).encode()
 
     def _compiled_accept(self, python_accept: Accept) -> Accept | None:
-        """The compiled accept (tables/records/_fastcheck.pyx) of this side, or None: not built, not in
-        use (`CHECK.use`, TANDEM_PURE_PYTHON=1), or a configuration it does not cover. It
-        covers raw, str and int keys; a plain Record in JSON (`RecordForm._plain`), or JSON
-        objects without `validate`; the time from a field or the Kafka timestamp; the id from a
-        field or the offset. It hands every other record to `python_accept`."""
+        """The compiled accept (tables/records/_fastcheck.pyx) of this side, or None (and
+        `python_reason` says why): not built, not in use (`CHECK.use`, TANDEM_PURE_PYTHON=1),
+        or a configuration it does not cover. It covers raw, str and int keys; a plain Record
+        in JSON (`RecordForm._plain`), or JSON objects without `validate`; the time from a
+        field or the Kafka timestamp; the id from a field or the offset. It hands every other
+        record to `python_accept`."""
         fast = CHECK.fast
-        if fast is None:
-            return None
+        model, reason = self._fast_form()
         key_kind = next((kind for check, kind in _KEY_KINDS.items() if check is self.key), None)
         timestamp, record_id, limit = self.timestamp, self.record_id, self.max_value_bytes
-        if (
-            key_kind is None
-            or not (timestamp is None or type(timestamp) is str)
-            # An empty id name takes the reference's slow steps on every record.
-            or not (record_id is None or (type(record_id) is str and record_id))
-            or not (limit is None or type(limit) is int)
-        ):
+        if fast is None:
+            reason = "tables/records/_fastcheck is not built, or TANDEM_PURE_PYTHON=1"
+        elif key_kind is None:
+            reason = "its key is decoded by Faust (compiled: raw bytes, str and int keys, raw serializer)"
+        elif not (timestamp is None or type(timestamp) is str):
+            reason = "its timestamp is a function"
+        elif not (record_id is None or (type(record_id) is str and record_id)):
+            reason = "its id is a function"  # (an empty id name takes the reference's slow steps)
+        elif not (limit is None or type(limit) is int):
+            reason = "its max_value_bytes is not an int"
+        self.python_reason: str | None = reason
+        if reason is not None:
             return None
-        form = self.form
-        if type(form) is RecordForm and form._fast_model is not None:
-            model = form._fast_model
-        elif type(form) is JsonForm and form.accepts is dict and not self.builds:
-            # `validate` gets the decoded JSON itself and may change it before the time and
-            # the id are read from it: only the Python accept keeps that order.
-            model = None
-        else:
-            return None
-        return fast.accept(  # type: ignore[no-any-return]
+        return fast.accept(  # type: ignore[no-any-return, union-attr]
             python_accept,
             orjson.loads,
             key_kind,
@@ -609,6 +606,27 @@ class SideCodec:
             MAX_TS_MS,
             Rejected,
         )
+
+    def _fast_form(self) -> tuple[Any, str | None]:
+        """The compiled check's model of this side's values (None: a JSON object), or why the
+        values are not checked there."""
+        form = self.form
+        if type(form) is RecordForm:
+            if form._fast_model is not None:
+                return form._fast_model, None
+            return None, (
+                f"its values' model {form.model.__name__} validates or converts its fields, has a field "
+                f"of a type the compiled check cannot test, or more than 64 fields"
+            )
+        if type(form) is JsonForm:
+            if form.accepts is not dict:
+                return None, "its values are JSON of any kind or arrays (only objects are compiled)"
+            if self.builds:
+                # `validate` gets the decoded JSON itself and may change it before the time and
+                # the id are read from it: only the Python accept keeps that order.
+                return None, "its JSON values have validate="
+            return None, None
+        return None, f"its values are not JSON ({type(form).__name__})"
 
     def _accept(self) -> Accept:
         """`check` for the join's per-record loop: what it decides, with (ts, record id, built

@@ -223,17 +223,15 @@ class Runtime:
                 how = "compiled" if part.active else "pure Python (not built, or TANDEM_PURE_PYTHON=1)"
                 log.info("tandem: %s is %s (%s)", part.what, how, part.module)
         in_python = [
-            f"{task.spec.name} {side}"
+            f"{task.spec.name} {side} ({codec.topic}): {codec.python_reason}"
             for task in self.tasks.values()
             for side, codec in task.intake.codecs.items()
             if not codec.compiled
         ]
         if not in_python:
             check = "compiled (tables/records/_fastcheck)"
-        elif CHECK.active:
-            check = f"pure Python for {', '.join(in_python)}: configurations _fastcheck does not cover"
         else:
-            check = "pure Python (tables/records/_fastcheck not built, or TANDEM_PURE_PYTHON=1)"
+            check = "pure Python for " + "; ".join(in_python)
         log.info("tandem: the per-record input check is %s", check)
 
     async def _on_assigned(self, sender: AppT, assigned: set[TP], **kwargs: Any) -> None:

@@ -200,6 +200,7 @@ def render_group_html(snapshot: dict[str, Any]) -> str:
         f"{escape(time.strftime('%H:%M:%S', time.localtime(snapshot['generated_at'])))} · "
         f"refreshes every {REFRESH_S} s · <a href='/tandem/group.json'>JSON</a></p>",
         _workers_table(workers),
+        _joins_table(workers),
         _plots(live, colours),
     ]
     for name, grid in snapshot["joins"].items():
@@ -241,36 +242,68 @@ def _td(value: Any, numeric: bool = False) -> str:
 
 def _workers_table(workers: list[dict[str, Any]]) -> str:
     head = [
-        "worker", "host", "rack", "url", "active", "standby", "records read", "results",
-        "input lag", "dead letters", "late", "duplicates", "held",
+        "worker", "role", "host", "rack", "url", "active", "standby", "records read", "results",
+        "input lag", "counters since",
     ]  # fmt: skip
     rows = []
     for w in workers:
         view = w["view"]
         if view is None:
             rows.append(
-                f"<tr><td class='warn'>not answering</td><td colspan='2'></td><td>{escape(w['url'])}</td>"
-                f"<td colspan='{len(head) - 4}' class='warn'>{escape(w['error'] or '')}</td></tr>"
+                f"<tr><td class='warn'>not answering</td><td colspan='3'></td><td>{escape(w['url'])}</td>"
+                f"<td colspan='{len(head) - 5}' class='warn'>{escape(w['error'] or '')}</td></tr>"
             )
             continue
         joins = list(view["joins"].values())
-        dead: dict[str, int] = {}
-        for j in joins:
-            for category, n in j["dead_letters_by_category"].items():
-                dead[category] = dead.get(category, 0) + n
+        started = view.get("started_at")
         cells = [
-            _td(view["worker"]), _td(view["host"]), _td(view["rack"] or None), _td(w["url"]),
+            _td(view["worker"]), _td("leader" if view.get("leader") else "member"), _td(view["host"]),
+            _td(view["rack"] or None), _td(w["url"]),
             _td(sum(len(j["actives"]) for j in joins), True),
             _td(sum(len(j["standbys"]) for j in joins), True),
             _td(sum(sum(j["read"].values()) for j in joins), True),
             _td(sum(j["results"] for j in joins), True),
             _td(sum(v or 0 for j in joins for v in j["lag"].values()), True),
-            _td(dead or 0), _td(sum(j["late"] for j in joins), True),
-            _td(sum(j["duplicates"] for j in joins), True), _td(sum(j["held"] for j in joins), True),
+            _td(time.strftime("%H:%M:%S", time.localtime(started)) if started else None),
         ]  # fmt: skip
         rows.append("<tr>" + "".join(cells) + "</tr>")
     header = "".join(f"<th>{escape(h)}</th>" for h in head)
-    return f"<h2>Workers</h2><table><tr>{header}</tr>{''.join(rows)}</table>"
+    note = (
+        "<p class='sub'>The leader planned the last rebalance. Counters are each worker's since its "
+        "process started (a restarted worker counts from 0 again; Prometheus sees the reset).</p>"
+    )
+    return f"<h2>Workers</h2>{note}<table><tr>{header}</tr>{''.join(rows)}</table>"
+
+
+def _joins_table(workers: list[dict[str, Any]]) -> str:
+    """Each join's counters, over the workers answering (since each one's start)."""
+    head = [
+        "join", "kind", "how", "records read", "results", "unmatched", "input lag", "dead letters",
+        "late", "duplicates", "null values", "held",
+    ]  # fmt: skip
+    totals: dict[str, dict[str, Any]] = {}
+    for w in workers:
+        for name, j in (w["view"] or {}).get("joins", {}).items():
+            found = totals.setdefault(name, {"kind": j.get("kind"), "how": j.get("how"), "dead": {}, "n": {}})
+            for field, value in (
+                ("read", sum(j["read"].values())), ("results", j["results"]), ("unmatched", j["unmatched"]),
+                ("lag", sum(v or 0 for v in j["lag"].values())), ("late", j["late"]),
+                ("duplicates", j["duplicates"]), ("nulls", sum(j["null_values"].values())),
+                ("held", j["held"]),
+            ):  # fmt: skip
+                found["n"][field] = found["n"].get(field, 0) + value
+            for category, n in j["dead_letters_by_category"].items():
+                found["dead"][category] = found["dead"].get(category, 0) + n
+    rows = [
+        "<tr>" + _td(name) + _td(t["kind"]) + _td(t["how"])
+        + "".join(_td(t["n"][f], True) for f in ("read", "results", "unmatched", "lag"))
+        + _td(t["dead"] or 0)
+        + "".join(_td(t["n"][f], True) for f in ("late", "duplicates", "nulls", "held"))
+        + "</tr>"
+        for name, t in sorted(totals.items())
+    ]  # fmt: skip
+    header = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return f"<h2>Joins</h2><table><tr>{header}</tr>{''.join(rows)}</table>"
 
 
 def _grid(name: str, grid: dict[str, Any], workers: list[dict[str, Any]]) -> str:
@@ -348,9 +381,15 @@ def _rebalances(group: list[dict[str, Any]], live: list[dict[str, Any]]) -> str:
                 )  # fmt: skip
     worker_head = "<tr><th>worker</th><th>join</th><th>generation</th><th>kept</th><th>moved warm</th>"
     worker_head += "<th>moved cold</th><th>changelog records replayed</th><th>restored in</th></tr>"
+    tasks = (
+        "<p class='sub'>A task is what the planner places: one partition of a co-partition group "
+        "(partition p of a join's inputs, its changelog and its tables' changelogs, together), "
+        "and one of every other topic the group reads (Faust's own, e.g. its leader topic).</p>"
+    )
     return (
         "<h2>Last rebalances of the group (as the leader planned them)</h2>"
-        f"<table>{head}{''.join(rows) or '<tr><td colspan=8>none seen yet</td></tr>'}</table>"
+        + tasks
+        + f"<table>{head}{''.join(rows) or '<tr><td colspan=8>none seen yet</td></tr>'}</table>"
         "<h2>Last rebalances on each worker (partitions)</h2>"
         f"<table>{worker_head}{''.join(per_worker)}</table>"
     )
@@ -377,7 +416,7 @@ def _plots(live: list[dict[str, Any]], colours: dict[str, str]) -> str:
         f"<span style='border-color:{c};color:{c}'>■ {escape(n)}</span>" for n, c in colours.items()
     )
     return (
-        f"<h2>Last five minutes</h2><p class='legend'>{legend}</p><div class='plots'>"
+        f"<h2>Since the workers started</h2><p class='legend'>{legend}</p><div class='plots'>"
         + svg_plot("records read per second", throughput, colours)
         + svg_plot("input lag (records)", lag, colours)
         + "</div>"

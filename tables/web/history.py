@@ -16,7 +16,10 @@ from faust.types import AppT
 from tables.runtime.worker import Runtime
 
 SAMPLE_EVERY_S = 2.0
-SAMPLES_KEPT = 150  # five minutes
+# Samples kept: when full, every other one is dropped (the first and the last kept), so the
+# plots always cover the whole life of the worker, its start-up backlog included, at a
+# resolution that halves as it ages.
+SAMPLES_KEPT = 150
 REBALANCES_KEPT = 10
 
 
@@ -35,7 +38,7 @@ class History:
     """Samples and group rebalances of one worker (the view serves them)."""
 
     def __init__(self) -> None:
-        self.samples: deque[Sample] = deque(maxlen=SAMPLES_KEPT)
+        self.samples: list[Sample] = []
         self.rebalances: deque[dict[str, Any]] = deque(maxlen=REBALANCES_KEPT)
 
     def sample(self, app: AppT, runtime: Runtime) -> None:
@@ -50,6 +53,8 @@ class History:
             lag += sum(task.input_lag(p) or 0 for p in state.actives())
             standby_lag += sum(state.recovery.standby_lag.get(p, 0) for p in state.standbys())
         self.samples.append(Sample(time.time(), read, results, lag, standby_lag))
+        if len(self.samples) > SAMPLES_KEPT:
+            self.samples = thinned(self.samples)
         self.note_rebalance(app)
 
     def note_rebalance(self, app: AppT) -> None:
@@ -67,6 +72,11 @@ class History:
 
 
 _histories: weakref.WeakKeyDictionary[Any, History] = weakref.WeakKeyDictionary()
+
+
+def thinned(samples: list[Sample]) -> list[Sample]:
+    """Every other sample, the first and the last always kept."""
+    return [*samples[:-1:2], samples[-1]]
 
 
 def history_of(runtime: Runtime) -> History:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from html import escape
 from typing import Any
 
@@ -14,6 +15,8 @@ from tables.runtime.worker import Runtime
 from tables.state.store import damage_counts
 from tables.web.history import SAMPLE_EVERY_S, group_rebalance, history_of
 from tables.web.metrics import worker_name
+
+STARTED_AT = time.time()  # when this process imported Tandem's pages: the counters' origin
 
 
 def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
@@ -29,6 +32,10 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "url": str(app.conf.canonical_url),
         "assignor": "tandem" if hasattr(assignor, "joins") else "stock",
         "epoch": getattr(assignor, "epoch", None),
+        # Whether this worker led the group's last rebalance (planned the assignment).
+        "leader": bool(getattr(assignor, "led_last_round", False)),
+        # Counters are since this moment (the process's start): they start at 0 on a restart.
+        "started_at": STARTED_AT,
         "wire": _wire(app),
         "assignment": _assignment(app),
         "group_rebalance": group_rebalance(app),
@@ -194,12 +201,18 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _when(at: float | None) -> str:
+    return "—" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
 def render_html(view: dict[str, Any]) -> str:
     """The same data as the JSON, for a person."""
     parts = [
         f"<h1>Tandem worker {escape(str(view['worker']))}</h1>",
         f"<p>app {escape(view['app_id'])} · host {escape(view['host'])} · rack {escape(view['rack'] or '—')}"
-        f" · assignor {escape(view['assignor'])} · generation {escape(_cell(view['epoch']))}</p>",
+        f" · assignor {escape(view['assignor'])} · generation {escape(_cell(view['epoch']))}"
+        f"{' · the group leader' if view.get('leader') else ''}</p>",
+        f"<p>counters since {escape(_when(view.get('started_at')))} (this process's start)</p>",
     ]
     for name, j in view["joins"].items():
         rebalance = j["last_rebalance"]
@@ -217,6 +230,7 @@ def render_html(view: dict[str, Any]) -> str:
                 "late / duplicates / null values",
                 f"{j['late']} / {j['duplicates']} / {sum(j['null_values'].values())}",
             ],
+            ["operator counters", j.get("operator_counters") or "none"],
             ["held for event-time order", j["held"]],
             ["paused (ahead in event time)", ", ".join(j.get("paused") or []) or "none"],
             ["last rebalance: kept", rebalance["kept"]],
