@@ -69,7 +69,7 @@ class Intake:
 
     # -- a batch's records ------------------------------------------------------------
 
-    def take(self, fetches: list[Fetch], ready: set[int], letters: list[Letter]) -> list[Fetch]:
+    def take(self, fetches: list[Fetch], ready: set[int]) -> list[Fetch]:
         """The deferred records now resumed, then `fetches`, in that order, as the batch
         sees them: records of partitions not ready are left out (read again once they are),
         and records of paused inputs are deferred."""

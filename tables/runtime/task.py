@@ -246,7 +246,7 @@ class JoinTask:
         intake = self.intake
         letters: list[Letter] = []
         touched: set[int] = set()
-        for fetch in intake.take(fetches, state.ready, letters):
+        for fetch in intake.take(fetches, state.ready):
             for tp, records in fetch.items():
                 intake.check(tp, records, letters)
                 touched.add(tp.partition)
