@@ -71,7 +71,7 @@ def test_w1_target_is_valid_copartitioned_and_balanced(scn: dict[str, Any]) -> N
 @FAST
 @given(warmup_scenarios())
 def test_w1_target_follows_kip54_with_unequal_subscriptions(scn: dict[str, Any]) -> None:
-    for move in (scn["members"].values()):
+    for move in scn["members"].values():
         move["capacity"] = 1
     target = check.target_owners(scn, plan(scn))
     _, total = check.counts(target)
@@ -233,8 +233,11 @@ def test_w5_a_hold_on_a_non_owner_can_outweigh_a_warm_up() -> None:
         "changelog_topics": ["joins-changelog", "ledger-changelog"],
         "members": {
             "w0": {"topics": join},
-            "w1": {"topics": everything, "previous_active": {"clicks": [0]},
-                   "local_offsets": {"ledger-changelog": {"0": 0}}},  # fmt: skip
+            "w1": {
+                "topics": everything,
+                "previous_active": {"clicks": [0]},
+                "local_offsets": {"ledger-changelog": {"0": 0}},
+            },  # fmt: skip
             "w2": {"topics": everything, "local_offsets": {"joins-changelog": {"0": 0, "1": 0}}},
         },
         "acceptable_recovery_lag": 0,
@@ -295,7 +298,6 @@ def test_w5_two_first_rounds_can_feed_back_the_same_input() -> None:
         assert partition in again["members"][member]["active"]["joins-changelog"]
 
 
-
 def test_w5_with_no_budget_a_plain_standby_does_not_change_the_held_move() -> None:
     """Found by hypothesis (test_w5_feeding_back_completes_warm_ups_and_converges). w1 owned
     join tasks 0-4; w0 is 1000 behind on 0, 1, 4 and w3 on 0, 1; both are at the end of 2, 3.
@@ -333,6 +335,7 @@ def test_w5_with_no_budget_a_plain_standby_does_not_change_the_held_move() -> No
         assert again["members"] == result["members"]
         assert again["pending_moves"] == result["pending_moves"]
 
+
 # -- determinism, bad input -------------------------------------------------------------------
 
 
@@ -361,8 +364,12 @@ def _restart_scenario(extra: dict[str, Any]) -> dict[str, Any]:
         "copartition_groups": [topics],
         "changelog_topics": ["a-changelog"],
         "members": {
-            "w0": {"topics": topics, "epoch": 1, "previous_active": {"a": list(range(6))},
-                   "local_offsets": {"a-changelog": offsets}},  # fmt: skip
+            "w0": {
+                "topics": topics,
+                "epoch": 1,
+                "previous_active": {"a": list(range(6))},
+                "local_offsets": {"a-changelog": offsets},
+            },  # fmt: skip
             "w1": {"topics": topics, "local_offsets": {"a-changelog": {"0": 970}}},
             "w2": {"topics": topics},
         },
@@ -462,8 +469,11 @@ def test_among_caught_up_holders_the_freshest_takes_a_task_then_a_previous_stand
             "changelog_topics": ["a-changelog"],
             "members": {
                 "wa": {"topics": topics, "local_offsets": {"a-changelog": {"0": other}}},
-                "ws": {"topics": topics, "previous_standby": {"a-changelog": [0]},
-                       "local_offsets": {"a-changelog": {"0": 950}}},  # fmt: skip
+                "ws": {
+                    "topics": topics,
+                    "previous_standby": {"a-changelog": [0]},
+                    "local_offsets": {"a-changelog": {"0": 950}},
+                },  # fmt: skip
             },
             "acceptable_recovery_lag": 100,
             "changelog_end_offsets": {"a-changelog": {"0": 1000}},
@@ -485,8 +495,11 @@ def test_a_caught_up_warm_up_takes_its_task_not_another_it_is_as_fresh_on() -> N
         "copartition_groups": [topics],
         "changelog_topics": ["joins-changelog"],
         "members": {
-            "w0": {"topics": topics, "previous_active": {"joins-changelog": [0]},
-                   "local_offsets": {"joins-changelog": {"0": 0, "1": 0}}},  # fmt: skip
+            "w0": {
+                "topics": topics,
+                "previous_active": {"joins-changelog": [0]},
+                "local_offsets": {"joins-changelog": {"0": 0, "1": 0}},
+            },  # fmt: skip
             "w1": {"topics": topics, "local_offsets": {"joins-changelog": {"0": 0}}},
         },
         "acceptable_recovery_lag": 0,
