@@ -71,9 +71,9 @@ def _fix_safe_keeps(problem: ActiveProblem, group_of: np.ndarray, placed: np.nda
     groups, members = problem.eligible.shape
     owner = problem.owner
     owned = owner >= 0
-    held = np.bincount(
-        group_of[owned] * members + owner[owned], minlength=groups * members
-    ).reshape(groups, members)
+    held = np.bincount(group_of[owned] * members + owner[owned], minlength=groups * members).reshape(
+        groups, members
+    )
     safe = (held > 0) & (held <= problem.bounds.lo)
     keep = owned & safe[group_of, np.where(owned, owner, 0)]
     placed[keep] = owner[keep]
@@ -315,16 +315,12 @@ def _place_by_counts(problem: ActiveProblem, group_of: np.ndarray) -> np.ndarray
     groups, members = problem.eligible.shape
     owner, lo, hi = problem.owner, problem.bounds.lo, problem.bounds.hi
     owned = owner >= 0
-    held = np.bincount(
-        group_of[owned] * members + owner[owned], minlength=groups * members
-    ).reshape(groups, members)
-    rows = np.ascontiguousarray(
-        np.vstack([held, lo, hi, problem.bounds.total_lo, problem.bounds.total_hi]).T
+    held = np.bincount(group_of[owned] * members + owner[owned], minlength=groups * members).reshape(
+        groups, members
     )
+    rows = np.ascontiguousarray(np.vstack([held, lo, hi, problem.bounds.total_lo, problem.bounds.total_hi]).T)
     first_of: dict[bytes, int] = {}  # hashing rows is much cheaper than sorting them
-    member_class = np.array(
-        [first_of.setdefault(r.tobytes(), len(first_of)) for r in rows], np.int64
-    )
+    member_class = np.array([first_of.setdefault(r.tobytes(), len(first_of)) for r in rows], np.int64)
     if len(first_of) > MAX_CLASSES:
         return None
     classes = rows[np.unique(member_class, return_index=True)[1]]
@@ -357,9 +353,7 @@ def _class_extras(
     net.supply(group_node, extras_needed)
     net.supply([sink], [-int(extras_needed.sum())])
     g_idx, c_idx = np.nonzero(rep_hi > rep_lo)
-    pair_arcs = net.arcs(
-        group_node[g_idx], class_node[c_idx], sizes[c_idx], cost=-gain[g_idx, c_idx]
-    )
+    pair_arcs = net.arcs(group_node[g_idx], class_node[c_idx], sizes[c_idx], cost=-gain[g_idx, c_idx])
     low = sizes * np.maximum(total_lo - base, 0)
     net.arcs(class_node, np.full(n_classes, sink), sizes * (total_hi - base), lower=low)
     flows = net.solve()
