@@ -15,6 +15,9 @@ all its tasks in every optimum (swapping one away lowers the kept count), so
 those are fixed first; and tasks with no owner and no warm member are pooled.
 When only pooled tasks remain, a greedy fill is tried first and checked.
 
+With warm-ups on (`warm.caught` set) the objective gains a tier before (2): the most
+moved tasks on members caught up on them (contract W1; `_graded_task_arcs`).
+
 Tasks are numbered 0..T-1, group by group; members 0..M-1; -1 means none.
 """
 
@@ -232,30 +235,21 @@ def _graded_task_arcs(
     slot_of: np.ndarray,
     group_of: np.ndarray,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """With warm-ups on: keep, then warm, then onto a caught-up member, lexicographically;
-    then the freshest holder (among equally fresh ones, a caught-up previous standby: a
-    warm-up that caught up), then a fixed tie weight per (task, member).
+    """With warm-ups on (contract W1): keep, then onto a caught-up member, then onto a member
+    holding the state, lexicographically; then the freshest holder (among equally fresh ones,
+    a caught-up previous standby: a warm-up that caught up), then a fixed tie weight per
+    (task, member).
 
-    The caught-up tier makes the target move a task now (to a caught-up member) rather
-    than later where the counts allow either; the standby preference and the tie weights
-    make equal choices come out the same in every round (W5). When the units would not
-    fit OR-Tools' cost range, the tie weights get coarser, then the caught-up tier goes
-    (the warm count still holds).
+    One more task on a caught-up member outweighs any number more on members that hold the
+    state but are not caught up (caught-up members hold it too: their lag is finite). The
+    standby preference and the tie weights make equal choices come out the same in every
+    round (W5). When the units would not fit OR-Tools' cost range, the tie weights get
+    coarser, then the freshness goes, then the state-holding tier (the caught-up tier,
+    which W1 ranks first, still holds).
     """
     n = len(flow_tasks)
     levels = 1 + problem.warm.most()
-    nodes = net.node_count + 1
-    for bits in TIE_BITS:
-        score = (2 * levels) << bits  # per arc: freshness rank and standby, then the tie weight
-        caught_unit = n * score + 1
-        warm_unit = n * (caught_unit + score) + 1
-        keep_unit = n * (warm_unit + caught_unit + score) + 1
-        if keep_unit * nodes < COST_LIMIT:
-            break
-    else:
-        bits, caught_unit = 0, 0
-        warm_unit = n * 2 * levels + 1
-        keep_unit = n * (warm_unit + 2 * levels) + 1
+    keep_unit, caught_unit, warm_unit, bits, fine = _graded_units(n, 2 * levels, net.node_count + 1)
     groups = group_of[flow_tasks]
     kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of[groups], keep_unit)]
     warm_rows, heads, targets, preference, caught = [], [], [], [], []
@@ -278,10 +272,35 @@ def _graded_task_arcs(
     if warm_rows:
         rows_array, members = np.array(warm_rows), np.array(targets)
         tie = tie_weights(flow_tasks[rows_array], members, bits)
-        cost = warm_unit + caught_unit * np.array(caught, np.int64) + (np.array(preference) << bits) + tie
+        preferred = (np.array(preference, np.int64) << bits) + tie if fine else 0
+        cost = warm_unit + caught_unit * np.array(caught, np.int64) + preferred
         arcs = net.arcs(task_node[rows_array], np.array(heads), 1, cost=-cost)
         kinds.append((rows_array, arcs, members))
     return kinds
+
+
+def _graded_units(tasks: int, ranks: int, nodes: int) -> tuple[int, int, int, int, bool]:
+    """(keep, caught-up, warm units, tie-weight bits, whether freshness and ties count).
+
+    Each tier's unit exceeds what every task together can gain from the tiers below it:
+    `score` bounds one arc's freshness rank and tie weight, `warm_unit` > tasks x score,
+    `caught_unit` > tasks x (warm_unit + score), `keep_unit` > tasks x (caught_unit +
+    warm_unit + score). OR-Tools multiplies costs by the node count, so keep_unit x nodes
+    must stay below COST_LIMIT; the finest tie weights that fit are used.
+    """
+    for bits in TIE_BITS:
+        score = ranks << bits  # per arc: freshness rank and standby, then the tie weight
+        warm_unit = tasks * score + 1
+        caught_unit = tasks * (warm_unit + score) + 1
+        keep_unit = tasks * (caught_unit + warm_unit + score) + 1
+        if keep_unit * nodes < COST_LIMIT:
+            return keep_unit, caught_unit, warm_unit, bits, True
+    warm_unit = 1  # no freshness, no ties: kept, then caught up, then holding state
+    caught_unit = tasks * warm_unit + 1
+    keep_unit = tasks * (caught_unit + warm_unit) + 1
+    if keep_unit * nodes < COST_LIMIT:
+        return keep_unit, caught_unit, warm_unit, 0, False
+    return tasks + 1, 1, 0, 0, False  # kept, then caught up
 
 
 def _place_unbounded(
