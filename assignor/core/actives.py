@@ -189,7 +189,7 @@ def _task_arcs(
     warm_unit = len(flow_tasks) * levels + 1
     keep_unit = len(flow_tasks) * (warm_unit + levels) + 1
     groups = group_of[flow_tasks]
-    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of[groups], keep_unit)]
+    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of, groups, keep_unit)]
     warm_rows, heads, costs, targets = [], [], [], []
     for i, task in enumerate(flow_tasks.tolist()):
         ranked = sorted(problem.warm.get(task).items(), key=lambda c: (-c[1], c[0]))
@@ -211,13 +211,13 @@ def _keep_arcs(
     net: FlowNetwork,
     flow_tasks: np.ndarray,
     task_node: np.ndarray,
-    task_slots: np.ndarray,
+    slot_of: np.ndarray,
+    groups: np.ndarray,
     keep_unit: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """An arc from each open task that has an owner to its owner's slot, worth `keep_unit`."""
     owner = problem.owner[flow_tasks]
-    rows = np.arange(len(flow_tasks))
-    own_slot = np.where(owner >= 0, task_slots[rows, np.maximum(owner, 0)], -1)
+    own_slot = np.where(owner >= 0, slot_of[groups, np.maximum(owner, 0)], -1)
     rows = np.nonzero(own_slot >= 0)[0]
     return rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows]
 
@@ -251,7 +251,7 @@ def _graded_task_arcs(
     levels = 1 + problem.warm.most()
     keep_unit, caught_unit, warm_unit, bits, fine = _graded_units(n, 2 * levels, net.node_count + 1)
     groups = group_of[flow_tasks]
-    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of[groups], keep_unit)]
+    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of, groups, keep_unit)]
     warm_rows, heads, targets, preference, caught = [], [], [], [], []
     for i, task in enumerate(flow_tasks.tolist()):
         # The freshest first; among equally fresh, a caught-up previous standby (a warm-up that
