@@ -190,20 +190,54 @@ def _task_arcs(
     keep_unit = len(flow_tasks) * (warm_unit + levels) + 1
     groups = group_of[flow_tasks]
     kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of, groups, keep_unit)]
-    warm_rows, heads, costs, targets = [], [], [], []
-    for i, task in enumerate(flow_tasks.tolist()):
-        ranked = sorted(problem.warm.get(task).items(), key=lambda c: (-c[1], c[0]))
-        for rank, (member, _) in enumerate(ranked):
-            target_slot = int(slot_of[groups[i], member])
-            if target_slot >= 0:
-                warm_rows.append(i)
-                heads.append(target_slot)
-                costs.append(-(warm_unit + levels - 1 - rank))
-                targets.append(member)
-    if warm_rows:
-        arcs = net.arcs(task_node[warm_rows], np.array(heads), 1, cost=np.array(costs))
-        kinds.append((np.array(warm_rows), arcs, np.array(targets)))
+    ranked = _ranked_holders(problem.warm, flow_tasks, slot_of, groups, graded=False)
+    if len(ranked.rows):
+        costs = -(warm_unit + levels - 1 - ranked.rank)
+        arcs = net.arcs(task_node[ranked.rows], ranked.slots, 1, cost=costs)
+        kinds.append((ranked.rows, arcs, ranked.members))
     return kinds
+
+
+@dataclass(slots=True)
+class _RankedHolders:
+    """Warm arcs of the open tasks, by row in flow_tasks then rank: the holder `members[i]` of
+    task `flow_tasks[rows[i]]`, its slot, its rank among the task's holders (0 the best), and
+    (graded) whether it is caught up and a caught-up previous standby."""
+
+    rows: np.ndarray
+    members: np.ndarray
+    slots: np.ndarray
+    rank: np.ndarray
+    caught: np.ndarray
+    caught_standby: np.ndarray
+
+
+def _ranked_holders(
+    warm: StateHolders, flow_tasks: np.ndarray, slot_of: np.ndarray, groups: np.ndarray, graded: bool
+) -> _RankedHolders:
+    """Every holder of every open task ranked the freshest first, then (graded) a caught-up
+    previous standby (a warm-up that caught up), then the lowest member id; those without a
+    slot (not eligible, or no room) are left out after ranking. All at once with numpy."""
+    if len(flow_tasks) == 0:
+        at = np.zeros(0, np.int64)
+    else:
+        position = np.minimum(np.searchsorted(flow_tasks, warm.tasks), len(flow_tasks) - 1)
+        at = np.nonzero(flow_tasks[position] == warm.tasks)[0]
+    rows = np.searchsorted(flow_tasks, warm.tasks[at])
+    members = warm.members[at]
+    fresh = warm.fresh[at]
+    if fresh.dtype == object:  # exact sums past 2**52: their order, as int64 ranks
+        fresh = np.unique(fresh, return_inverse=True)[1].reshape(-1)
+    no = np.zeros(len(at), bool)
+    caught = warm.caught[at] if graded and warm.caught is not None else no
+    caught_standby = caught & warm.standby[at] if graded and warm.standby is not None else no
+    order = np.lexsort((members, ~caught_standby, -fresh, rows))
+    rows, members, caught, caught_standby = rows[order], members[order], caught[order], caught_standby[order]
+    starts = np.r_[0, np.nonzero(np.diff(rows))[0] + 1] if len(rows) else np.zeros(0, np.int64)
+    rank = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+    slots = slot_of[groups[rows], members]
+    ok = slots >= 0
+    return _RankedHolders(rows[ok], members[ok], slots[ok], rank[ok], caught[ok], caught_standby[ok])
 
 
 def _keep_arcs(
@@ -252,30 +286,19 @@ def _graded_task_arcs(
     keep_unit, caught_unit, warm_unit, bits, fine = _graded_units(n, 2 * levels, net.node_count + 1)
     groups = group_of[flow_tasks]
     kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of, groups, keep_unit)]
-    warm_rows, heads, targets, preference, caught = [], [], [], [], []
-    for i, task in enumerate(flow_tasks.tolist()):
-        # The freshest first; among equally fresh, a caught-up previous standby (a warm-up that
-        # caught up). Across tasks, at equal rank, a move onto one wins (+1): the warm-up takes its
-        # task rather than another the counts would equally allow. A standby not caught up gets no
-        # preference: the last round put plain standbys by its actives, and preferring them would
-        # change which task a held move takes when nothing else changed (W5).
-        graded = [(m, fresh, up, standby and up) for m, fresh, up, standby in problem.warm.graded(task)]
-        ranked = sorted(graded, key=lambda c: (-c[1], not c[3], c[0]))
-        for rank, (member, _, is_caught, was_standby) in enumerate(ranked):
-            target_slot = int(slot_of[groups[i], member])
-            if target_slot >= 0:
-                warm_rows.append(i)
-                heads.append(target_slot)
-                targets.append(member)
-                preference.append(2 * (levels - 1 - rank) + was_standby)
-                caught.append(is_caught)
-    if warm_rows:
-        rows_array, members = np.array(warm_rows), np.array(targets)
-        tie = tie_weights(flow_tasks[rows_array], members, bits)
-        preferred = (np.array(preference, np.int64) << bits) + tie if fine else 0
-        cost = warm_unit + caught_unit * np.array(caught, np.int64) + preferred
-        arcs = net.arcs(task_node[rows_array], np.array(heads), 1, cost=-cost)
-        kinds.append((rows_array, arcs, members))
+    # The freshest first; among equally fresh, a caught-up previous standby (a warm-up that
+    # caught up). Across tasks, at equal rank, a move onto one wins (+1): the warm-up takes its
+    # task rather than another the counts would equally allow. A standby not caught up gets no
+    # preference: the last round put plain standbys by its actives, and preferring them would
+    # change which task a held move takes when nothing else changed (W5).
+    ranked = _ranked_holders(problem.warm, flow_tasks, slot_of, groups, graded=True)
+    if len(ranked.rows):
+        preference = 2 * (levels - 1 - ranked.rank) + ranked.caught_standby
+        tie = tie_weights(flow_tasks[ranked.rows], ranked.members, bits)
+        preferred = (preference << bits) + tie if fine else 0
+        cost = warm_unit + caught_unit * ranked.caught.astype(np.int64) + preferred
+        arcs = net.arcs(task_node[ranked.rows], ranked.slots, 1, cost=-cost)
+        kinds.append((ranked.rows, arcs, ranked.members))
     return kinds
 
 
