@@ -541,3 +541,28 @@ def test_w1_a_caught_up_member_outweighs_one_more_task_on_a_lagging_holder() -> 
     assert result["pending_moves"] == []
     assert result["members"]["wa"]["active"] == {"ledger-changelog": [0]}
     assert result["members"]["wb"]["active"] == {"ledger-changelog": [1]}
+
+
+@FAST
+@given(warmup_scenarios())
+def test_w1_tier_units_count_the_moves_of_a_placement_that_keeps_the_most(scn: dict[str, Any]) -> None:
+    """The tiers' cost units are sized by how many open tasks move when the most are kept,
+    found by a flow over (group, member) counts: it must be what the task-level flow moves (a
+    smaller count would let a lower tier outweigh a keep; a larger one wastes cost range)."""
+    from assignor.core import actives
+
+    checked: list[tuple[int, int]] = []
+    real = actives._solve_flow
+
+    def spy(problem: Any, residual: Any, flow_tasks: Any, pooled: Any, group_of: Any, placed: Any) -> None:
+        bound = actives._moves_bound(problem, residual, flow_tasks, pooled, group_of)
+        real(problem, residual, flow_tasks, pooled, group_of, placed)
+        moved = int((placed[flow_tasks] != problem.owner[flow_tasks]).sum())
+        checked.append((bound, max(moved, 1)))
+
+    actives._solve_flow = spy  # type: ignore[assignment]
+    try:
+        plan(scn)
+    finally:
+        actives._solve_flow = real  # type: ignore[assignment]
+    assert all(bound == moved for bound, moved in checked), checked

@@ -157,7 +157,8 @@ def _solve_flow(
     cold = net.arcs(hub[slot_group], slot, hi)
     task_node = net.nodes(len(flow_tasks))
     net.supply(task_node, np.ones(len(flow_tasks), np.int64))
-    options = _task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of)
+    moves = _moves_bound(problem, residual, flow_tasks, pooled, group_of)
+    options = _task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of, moves)
     to_hub = net.arcs(task_node, hub[group_of[flow_tasks]], 1)
     pooled_per_group = np.bincount(group_of[pooled], minlength=groups)
     net.supply(hub, pooled_per_group)
@@ -181,10 +182,12 @@ def _task_arcs(
     task_node: np.ndarray,
     slot_of: np.ndarray,
     group_of: np.ndarray,
+    moves: int,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Keep and warm arcs of the open tasks, as (rows in flow_tasks, arc ids, target member)."""
+    """Keep and warm arcs of the open tasks, as (rows in flow_tasks, arc ids, target member).
+    `moves` bounds how many of them move in a placement that keeps the most (warm-ups on)."""
     if problem.warm.caught is not None:
-        return _graded_task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of)
+        return _graded_task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of, moves)
     levels = 1 + problem.warm.most()
     warm_unit = len(flow_tasks) * levels + 1
     keep_unit = len(flow_tasks) * (warm_unit + levels) + 1
@@ -268,6 +271,7 @@ def _graded_task_arcs(
     task_node: np.ndarray,
     slot_of: np.ndarray,
     group_of: np.ndarray,
+    moves: int,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """With warm-ups on (contract W1): keep, then onto a caught-up member, then onto a member
     holding the state, lexicographically; then the freshest holder (among equally fresh ones,
@@ -281,9 +285,8 @@ def _graded_task_arcs(
     coarser, then the freshness goes, then the state-holding tier (the caught-up tier,
     which W1 ranks first, still holds).
     """
-    n = len(flow_tasks)
     levels = 1 + problem.warm.most()
-    keep_unit, caught_unit, warm_unit, bits, fine = _graded_units(n, 2 * levels, net.node_count + 1)
+    keep_unit, caught_unit, warm_unit, bits, fine = _graded_units(moves, 2 * levels, net.node_count + 1)
     groups = group_of[flow_tasks]
     kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of, groups, keep_unit)]
     # The freshest first; among equally fresh, a caught-up previous standby (a warm-up that
@@ -302,28 +305,81 @@ def _graded_task_arcs(
     return kinds
 
 
-def _graded_units(tasks: int, ranks: int, nodes: int) -> tuple[int, int, int, int, bool]:
+def _moves_bound(
+    problem: ActiveProblem,
+    residual: _Residual,
+    flow_tasks: np.ndarray,
+    pooled: np.ndarray,
+    group_of: np.ndarray,
+) -> int:
+    """How many open tasks move in a placement that keeps the most (at least 1).
+
+    Kept counts depend only on how many tasks each member gets per group (it keeps
+    min(held, count)), so a small flow over (group, member) counts finds the most. Should it
+    fail, a bound: each owner keeps at least min(held, lo) of its open tasks in a group (were
+    it to keep fewer, it would hold another's task there, as its count is at least lo, and
+    swapping that one for one of its own would keep one more).
+    """
+    groups, members = residual.lo.shape
+    owner = problem.owner[flow_tasks]
+    owned = owner >= 0
+    pair = group_of[flow_tasks[owned]] * members + owner[owned]
+    held = np.bincount(pair, minlength=groups * members).reshape(groups, members)
+    tasks = np.bincount(group_of[np.concatenate([flow_tasks, pooled])], minlength=groups)
+    kept = _most_kept(residual, held, tasks)
+    if kept is None:
+        kept = int(np.minimum(held, residual.lo).sum())
+    return max(len(flow_tasks) - kept, 1)
+
+
+def _most_kept(residual: _Residual, held: np.ndarray, tasks: np.ndarray) -> int | None:
+    """The most open tasks their owners can keep: per (group, member), counts within the
+    residual bounds, the extras above lo worth one where they let an owner keep a task."""
+    lo, hi = residual.lo, np.maximum(residual.hi, residual.lo)
+    base = lo.sum(axis=0)
+    net = FlowNetwork()
+    (sink,) = net.nodes(1)
+    group_node, member_node = net.nodes(len(tasks)), net.nodes(lo.shape[1])
+    extra = tasks - lo.sum(axis=1)
+    net.supply(group_node, extra)
+    net.supply([sink], [-int(extra.sum())])
+    g, m = np.nonzero(hi > lo)
+    gain = np.minimum(held, hi)[g, m] - np.minimum(held, lo)[g, m]
+    keeps = net.arcs(group_node[g], member_node[m], gain, cost=-1)
+    net.arcs(group_node[g], member_node[m], hi[g, m] - lo[g, m] - gain)
+    upper = residual.total_hi - base
+    net.arcs(member_node, np.full(len(base), sink), upper, lower=np.maximum(residual.total_lo - base, 0))
+    flows = net.solve()
+    if flows is None:
+        return None
+    return int(np.minimum(held, lo).sum() + flows[keeps].sum())
+
+
+def _graded_units(moves: int, ranks: int, nodes: int) -> tuple[int, int, int, int, bool]:
     """(keep, caught-up, warm units, tie-weight bits, whether freshness and ties count).
 
-    Each tier's unit exceeds what every task together can gain from the tiers below it:
-    `score` bounds one arc's freshness rank and tie weight, `warm_unit` > tasks x score,
-    `caught_unit` > tasks x (warm_unit + score), `keep_unit` > tasks x (caught_unit +
-    warm_unit + score). OR-Tools multiplies costs by the node count, so keep_unit x nodes
-    must stay below COST_LIMIT; the finest tie weights that fit are used.
+    Each tier's unit exceeds what the moved tasks together can gain from the tiers below it
+    (a kept task gains nothing there): `score` bounds one arc's freshness rank and tie
+    weight; among placements that keep the most, at most `moves` tasks move, so
+    `warm_unit` > moves x score and `caught_unit` > moves x (warm_unit + score); one keep
+    fewer lets at most one more task move (per keep lost), so `keep_unit` > (moves + 1) x
+    (caught_unit + warm_unit + score) outweighs it. OR-Tools multiplies costs by the node
+    count, so keep_unit x nodes must stay below COST_LIMIT; the finest tie weights that fit
+    are used.
     """
     for bits in TIE_BITS:
         score = ranks << bits  # per arc: freshness rank and standby, then the tie weight
-        warm_unit = tasks * score + 1
-        caught_unit = tasks * (warm_unit + score) + 1
-        keep_unit = tasks * (caught_unit + warm_unit + score) + 1
+        warm_unit = moves * score + 1
+        caught_unit = moves * (warm_unit + score) + 1
+        keep_unit = (moves + 1) * (caught_unit + warm_unit + score) + 1
         if keep_unit * nodes < COST_LIMIT:
             return keep_unit, caught_unit, warm_unit, bits, True
     warm_unit = 1  # no freshness, no ties: kept, then caught up, then holding state
-    caught_unit = tasks * warm_unit + 1
-    keep_unit = tasks * (caught_unit + warm_unit) + 1
+    caught_unit = moves * warm_unit + 1
+    keep_unit = (moves + 1) * (caught_unit + warm_unit) + 1
     if keep_unit * nodes < COST_LIMIT:
         return keep_unit, caught_unit, warm_unit, 0, False
-    return tasks + 1, 1, 0, 0, False  # kept, then caught up
+    return moves + 2, 1, 0, 0, False  # kept, then caught up
 
 
 def _place_unbounded(
