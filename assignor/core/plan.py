@@ -277,9 +277,7 @@ def _warn_contested(
         t = int(task[starts[k]])
         g = int(np.searchsorted(index.offsets, t, side="right")) - 1
         names = member[starts[k] : starts[k] + claims[k]].tolist()
-        listed = ", ".join(
-            f"{scn.members[i].id} (epoch {scn.members[i].epoch})" for i in sorted(names)
-        )
+        listed = ", ".join(f"{scn.members[i].id} (epoch {scn.members[i].epoch})" for i in sorted(names))
         winner = int(owner[t])
         verdict = (
             f"{scn.members[winner].id} wins" if winner >= 0 else "tie at the highest epoch: no claim counts"

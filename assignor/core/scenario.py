@@ -191,9 +191,7 @@ def _parse_warmup(
         return None  # any other warm-up field is a warning of _warn_unknown_fields
     lag = raw["acceptable_recovery_lag"]
     if not _is_int(lag) or lag < 0:
-        warnings.add(
-            "warmup", f"acceptable_recovery_lag {shown(lag)} is not a non-negative integer; using 0"
-        )
+        warnings.add("warmup", f"acceptable_recovery_lag {shown(lag)} is not a non-negative integer; using 0")
         lag = 0
     budget = raw.get("max_warmup_replicas", DEFAULT_WARMUP_BUDGET)
     if not _is_int(budget) or budget < 0:
@@ -279,9 +277,7 @@ def _parse_changelogs(raw: Any, topics: dict[str, int], warnings: Warnings) -> s
     return set(names) & set(topics)
 
 
-def _parse_groups(
-    raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings
-) -> list[Group]:
+def _parse_groups(raw: Any, topics: dict[str, int], changelogs: set[str], warnings: Warnings) -> list[Group]:
     declared: list[list[str]] = []
     if raw is not None and not isinstance(raw, list | tuple):
         warnings.add("groups", "'copartition_groups' is not a list; every topic stands alone")
@@ -387,12 +383,15 @@ def _parse_member(
 ) -> Member:
     if not _is_mapping(raw):
         warnings.member(
-            member_id, "data",
+            member_id,
+            "data",
             f"member {member_id!r}: data unreadable; no subscription, no history",
         )
         raw = {}
-    unknown_fields = [] if MEMBER_FIELDS.issuperset(raw) else _sorted_keys(
-        {k: None for k in raw if k not in MEMBER_FIELDS}
+    unknown_fields = (
+        []
+        if MEMBER_FIELDS.issuperset(raw)
+        else _sorted_keys({k: None for k in raw if k not in MEMBER_FIELDS})
     )
     if unknown_fields:
         fields = [shown(k) for k in unknown_fields]
@@ -411,8 +410,13 @@ def _parse_member(
         member_id, "previous_standby", raw.get("previous_standby"), catalog, warnings, flat=False
     )
     previous_standby = _changelogs_only(
-        member_id, "previous_standby", raw.get("previous_standby"), previous_standby,
-        changelogs, catalog, warnings,
+        member_id,
+        "previous_standby",
+        raw.get("previous_standby"),
+        previous_standby,
+        changelogs,
+        catalog,
+        warnings,
     )
     topics = catalog.names.intersection(subscription)
     return Member(
@@ -454,7 +458,8 @@ def _changelogs_only(
     if not others:
         return parsed
     warnings.member(
-        member_id, name,
+        member_id,
+        name,
         f"member {member_id!r}: {name} names {others}, not changelog topics; ignored",
     )
     return {t: v for t, v in parsed.items() if t in changelogs}
@@ -476,7 +481,8 @@ def _parse_capacity(member_id: str, value: Any, warnings: Warnings) -> Fraction:
     if ok and math.isfinite(value) and value > 0:
         return _capacity(value)
     warnings.member(
-        member_id, "capacity",
+        member_id,
+        "capacity",
         f"member {member_id!r}: capacity {shown(value)} is not positive; using 1",
     )
     return Fraction(1)
@@ -522,7 +528,8 @@ def _checked_partitions(
         count = topics.get(topic) if isinstance(topic, str) else None
         if count is None:
             warnings.member(
-                member_id, name,
+                member_id,
+                name,
                 f"member {member_id!r}: {name} names unknown topic {shown(topic)}",
             )
         elif _clean_partitions(partitions, count):
@@ -598,7 +605,8 @@ def _parse_offsets(
         return {}
     if not _is_mapping(raw):
         warnings.member(
-            member_id, "local_offsets",
+            member_id,
+            "local_offsets",
             f"member {member_id!r}: local_offsets is not an object; ignored",
         )
         return {}
@@ -607,7 +615,8 @@ def _parse_offsets(
         entries = raw[topic]
         if topic not in topics or not _is_mapping(entries):
             warnings.member(
-                member_id, "local_offsets",
+                member_id,
+                "local_offsets",
                 f"member {member_id!r}: local_offsets[{shown(topic)}] ignored",
             )
             continue
