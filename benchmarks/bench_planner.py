@@ -69,6 +69,7 @@ def strategies() -> list[Strategy]:
 
 def _timed(fn: Callable[[Any], Any], arg: Any, timeout: float) -> tuple[float, float, Any]:
     """(CPU seconds, wall seconds, result): CPU time because the machine is shared."""
+
     def on_alarm(_signum: int, _frame: Any) -> None:
         raise Timeout
 
@@ -84,8 +85,7 @@ def _timed(fn: Callable[[Any], Any], arg: Any, timeout: float) -> tuple[float, f
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_one(strategy: Strategy, scenario: Scenario, row: Row, repeats: int,
-            args: argparse.Namespace) -> None:
+def run_one(strategy: Strategy, scenario: Scenario, row: Row, repeats: int, args: argparse.Namespace) -> None:
     """Median over `repeats` runs; one run only when the first exceeds --slow seconds."""
     result: Any = None
     native: Any = None
@@ -138,8 +138,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
                     rows.append(row)
                     _progress(row)
                     if args.save_rows:  # as it goes: a long run stopped early keeps its rows
-                        save_rows(args.save_rows, rows, args.command, args.version,
-                                  args.started)
+                        save_rows(args.save_rows, rows, args.command, args.version, args.started)
     return rows
 
 
@@ -147,8 +146,12 @@ def _progress(row: Row) -> None:
     t = f"{1000 * statistics.median(row.times):.1f} ms" if row.times else "-"
     m = row.metrics
     moves = f"moves {m.moves}/{row.optimum}" if m else ""
-    print(f"# {row.size.label} R={row.replicas} {row.event:8s} {row.strategy:12s} {t:>12s} "
-          f"{moves} {row.status if row.status != 'ok' else ''}", file=sys.stderr, flush=True)
+    print(
+        f"# {row.size.label} R={row.replicas} {row.event:8s} {row.strategy:12s} {t:>12s} "
+        f"{moves} {row.status if row.status != 'ok' else ''}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 # --- tables -------------------------------------------------------------------------------
@@ -169,11 +172,13 @@ def _size_cell(size: Size) -> str:
 
 
 def summary_table(rows: list[Row]) -> list[str]:
-    out = ["| size (members x partitions x topics) | R | strategy | median ms | max ms | runs "
-           "| moves / optimum (sum of events) | events at optimum | warm / cold moves "
-           "| spread group / total (max) | idle | co-part. violations | standby same host "
-           "| standby missing | co-partitions? |",
-           "|" + "---|" * 15]
+    out = [
+        "| size (members x partitions x topics) | R | strategy | median ms | max ms | runs "
+        "| moves / optimum (sum of events) | events at optimum | warm / cold moves "
+        "| spread group / total (max) | idle | co-part. violations | standby same host "
+        "| standby missing | co-partitions? |",
+        "|" + "---|" * 15,
+    ]
     names = {s.name: s for s in strategies()}
     for (size, r, name), group in _grouped(rows).items():
         out.append(_summary_line(size, r, names[name], group))
@@ -210,21 +215,36 @@ def _summary_line(size: Size, r: int, strategy: Strategy, group: list[Row]) -> s
 
 
 def detail_table(rows: list[Row]) -> list[str]:
-    out = ["| size | R | event | strategy | median ms | max ms | wall median ms | moves | optimum "
-           "| warm | cold | spread g/t | idle | co-part. viol. | invalid | sb same host "
-           "| sb missing | status |",
-           "|" + "---|" * 18]
+    out = [
+        "| size | R | event | strategy | median ms | max ms | wall median ms | moves | optimum "
+        "| warm | cold | spread g/t | idle | co-part. viol. | invalid | sb same host "
+        "| sb missing | status |",
+        "|" + "---|" * 18,
+    ]
     for row in rows:
         m = row.metrics
-        cells = ([f"{m.moves:,}", f"{row.optimum:,}", f"{m.warm:,}", f"{m.cold:,}",
-                  f"{m.spread_group}/{m.spread_total}", str(m.idle),
-                  f"{m.copart_violations:,}", f"{m.invalid:,}", f"{m.standby_same_host:,}",
-                  f"{m.standby_missing:,}"] if m else ["-"] * 10)
+        cells = (
+            [
+                f"{m.moves:,}",
+                f"{row.optimum:,}",
+                f"{m.warm:,}",
+                f"{m.cold:,}",
+                f"{m.spread_group}/{m.spread_total}",
+                str(m.idle),
+                f"{m.copart_violations:,}",
+                f"{m.invalid:,}",
+                f"{m.standby_same_host:,}",
+                f"{m.standby_missing:,}",
+            ]
+            if m
+            else ["-"] * 10
+        )
         med = [statistics.median(row.times)] if row.times else []
         wall = [statistics.median(row.walls)] if row.walls else []
-        out.append(f"| {row.size.label} | {row.replicas} | {row.event} | {row.strategy} "
-                   f"| {_ms(med)} | {_ms(row.times)} | {_ms(wall)} | " + " | ".join(cells)
-                   + f" | {row.status} |")
+        out.append(
+            f"| {row.size.label} | {row.replicas} | {row.event} | {row.strategy} "
+            f"| {_ms(med)} | {_ms(row.times)} | {_ms(wall)} | " + " | ".join(cells) + f" | {row.status} |"
+        )
     return out
 
 
@@ -237,14 +257,21 @@ def target_table(rows: list[Row]) -> list[str]:
     lines.append(_time_target("1000 x 10,000 x 2 (+changelog), R = 1: under 0.5 s", big, 0.5))
     lines.append(_time_target("1M topic-partitions: under 2 s", huge, 2.0))
     off = [r for r in done if r.metrics and r.metrics.moves != r.optimum]
-    lines.append(f"| moves equal the optimum in every event | {_verdict(done, not off)} "
-                 f"| {len(done) - len(off)}/{len(tandem)} events at optimum"
-                 + "".join(f"; {r.size.label} R={r.replicas} {r.event}: {r.metrics.moves:,} "
-                           f"vs {r.optimum:,}" for r in off[:6] if r.metrics) + " |")
-    worst = max((max(r.metrics.spread_group, r.metrics.spread_total) for r in done
-                 if r.metrics), default=-1)
-    lines.append(f"| spread at most 1 | {_verdict(done, 0 <= worst <= 1)} "
-                 f"| worst spread {worst} over {len(done)} events |")
+    lines.append(
+        f"| moves equal the optimum in every event | {_verdict(done, not off)} "
+        f"| {len(done) - len(off)}/{len(tandem)} events at optimum"
+        + "".join(
+            f"; {r.size.label} R={r.replicas} {r.event}: {r.metrics.moves:,} vs {r.optimum:,}"
+            for r in off[:6]
+            if r.metrics
+        )
+        + " |"
+    )
+    worst = max((max(r.metrics.spread_group, r.metrics.spread_total) for r in done if r.metrics), default=-1)
+    lines.append(
+        f"| spread at most 1 | {_verdict(done, 0 <= worst <= 1)} "
+        f"| worst spread {worst} over {len(done)} events |"
+    )
     return lines
 
 
@@ -258,45 +285,48 @@ def _time_target(label: str, rows: list[Row], limit: float) -> str:
         status = rows[0].status if rows else "not run"
         return f"| {label} | not run | {status} |"
     worst = max(runs)
-    return (f"| {label} | {_verdict(rows, worst < limit and all(r.ok for r in rows))} "
-            f"| max {worst:.3f} s, median {statistics.median(runs):.3f} s over {len(runs)} runs "
-            f"of {len(rows)} events |")
+    return (
+        f"| {label} | {_verdict(rows, worst < limit and all(r.ok for r in rows))} "
+        f"| max {worst:.3f} s, median {statistics.median(runs):.3f} s over {len(runs)} runs "
+        f"of {len(rows)} events |"
+    )
 
 
 # --- outputs ------------------------------------------------------------------------------
 
 
-def write_markdown(rows: list[Row], command: str, path: Path, started: datetime,
-                   version: str) -> str:
-    text = "\n".join([
-        "# Planner benchmark",
-        "",
-        f"Run on {started:%Y-%m-%d %H:%M} UTC, {platform.platform()}, Python "
-        f"{platform.python_version()}, {_cpus()} CPUs (a noisy shared machine: compare ratios).",
-        "",
-        "```",
-        command,
-        "```",
-        "",
-        f"Planner: {version}.",
-        "",
-        *METHOD,
-        "",
-        "## Targets (Tandem)",
-        "",
-        *target_table(rows),
-        "",
-        "## Summary (per size, R and strategy, over the churn events)",
-        "",
-        *summary_table(rows),
-        "",
-        "![time and moves](planner.png)",
-        "",
-        "## Every event",
-        "",
-        *detail_table(rows),
-        "",
-    ])
+def write_markdown(rows: list[Row], command: str, path: Path, started: datetime, version: str) -> str:
+    text = "\n".join(
+        [
+            "# Planner benchmark",
+            "",
+            f"Run on {started:%Y-%m-%d %H:%M} UTC, {platform.platform()}, Python "
+            f"{platform.python_version()}, {_cpus()} CPUs (a noisy shared machine: compare ratios).",
+            "",
+            "```",
+            command,
+            "```",
+            "",
+            f"Planner: {version}.",
+            "",
+            *METHOD,
+            "",
+            "## Targets (Tandem)",
+            "",
+            *target_table(rows),
+            "",
+            "## Summary (per size, R and strategy, over the churn events)",
+            "",
+            *summary_table(rows),
+            "",
+            "![time and moves](planner.png)",
+            "",
+            "## Every event",
+            "",
+            *detail_table(rows),
+            "",
+        ]
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return text
@@ -307,12 +337,14 @@ def _planner_version() -> str:
     import subprocess
 
     def git(*a: str) -> str:
-        return subprocess.run(["git", *a], capture_output=True, text=True,
-                              cwd=OUT_DIR.parent.parent).stdout.strip()
+        return subprocess.run(
+            ["git", *a], capture_output=True, text=True, cwd=OUT_DIR.parent.parent
+        ).stdout.strip()
 
     dirty = git("status", "--porcelain", "--", "assignor/__init__.py", "assignor/core")
     return f"commit {git('rev-parse', '--short', 'HEAD')}" + (
-        " with uncommitted changes in assignor/core (work in progress)" if dirty else "")
+        " with uncommitted changes in assignor/core (work in progress)" if dirty else ""
+    )
 
 
 def _cpus() -> int:
@@ -370,8 +402,13 @@ def plot(rows: list[Row], path: Path) -> None:
         pts = _time_points(rows, name)
         if pts:
             left.plot(*zip(*pts, strict=True), marker="o", label=name)
-    left.set(xscale="log", yscale="log", xlabel="topic-partitions (R = 1; 1M at R = 0)",
-             ylabel="CPU s (slowest per-event median)", title="Assignor time vs size")
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel="topic-partitions (R = 1; 1M at R = 0)",
+        ylabel="CPU s (slowest per-event median)",
+        title="Assignor time vs size",
+    )
     left.axhline(0.5, ls=":", c="grey")
     left.axhline(2.0, ls="--", c="grey")
     left.legend()
@@ -404,8 +441,10 @@ def _moves_bars(ax: Any, rows: list[Row], names: list[str]) -> None:
         ax.bar([x + i * width for x in range(len(labels))], ratios, width, label=name)
     ax.set_yscale("log")
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(labels))], labels)
-    ax.set(ylabel="moves / optimum (sums over events and R; log)",
-           title="Moves against the optimum (< 1 only by being unbalanced)")
+    ax.set(
+        ylabel="moves / optimum (sums over events and R; log)",
+        title="Moves against the optimum (< 1 only by being unbalanced)",
+    )
     ax.axhline(1, c="black", lw=0.8)
     ax.legend()
 
@@ -421,15 +460,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--strategies", default=None, help="comma list (default: all)")
     p.add_argument("--repeats", type=int, default=5, help="runs per event (at most 3 at 1M)")
     p.add_argument("--quick", action="store_true", help="small sizes, 3 repeats, no files")
-    p.add_argument("--skip-faust-at", type=int, default=2000,
-                   help="skip Faust's full path from this many members up")
+    p.add_argument(
+        "--skip-faust-at", type=int, default=2000, help="skip Faust's full path from this many members up"
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="wall seconds per assignor call")
     p.add_argument("--slow", type=float, default=5.0, help="no repeats after a run this slow")
     p.add_argument("--out", type=Path, default=None, help="Markdown path (default docs/bench)")
     p.add_argument("--no-out", action="store_true", help="write no Markdown or plot")
     p.add_argument("--save-rows", type=Path, default=None, help="also save raw rows as JSON")
-    p.add_argument("--merge", type=Path, nargs="+", default=None,
-                   help="render saved rows of several runs instead of running")
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="render saved rows of several runs instead of running",
+    )
     args = p.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)
     args.sizes = [parse_size(s) for s in sizes.split(",")]
@@ -443,8 +488,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def save_rows(path: Path, rows: list[Row], command: str, version: str,
-              started: datetime) -> None:
+def save_rows(path: Path, rows: list[Row], command: str, version: str, started: datetime) -> None:
     runs = [{"command": command, "version": version, "started": started.isoformat()}]
     path.write_text(json.dumps({"runs": runs, "rows": [_row_json(r) for r in rows]}))
 
@@ -465,8 +509,10 @@ def load_rows(paths: list[Path]) -> tuple[list[Row], list[dict[str, str]]]:
             rows.append(Row(**{**r, "size": parse_size(r["size"]), "metrics": met}))
     names = [s.name for s in strategies()]
     events = list(EVENTS)
-    rows = sorted(_prefer_run(rows), key=lambda r: (r.size.topic_partitions, r.replicas,
-                                                    names.index(r.strategy), events.index(r.event)))
+    rows = sorted(
+        _prefer_run(rows),
+        key=lambda r: (r.size.topic_partitions, r.replicas, names.index(r.strategy), events.index(r.event)),
+    )
     return rows, runs
 
 
@@ -492,8 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = bench(args)
     if args.save_rows:
         save_rows(args.save_rows, rows, command, version, started)
-    print("\n".join(["## Targets (Tandem)", *target_table(rows), "", "## Summary",
-                     *summary_table(rows)]))
+    print("\n".join(["## Targets (Tandem)", *target_table(rows), "", "## Summary", *summary_table(rows)]))
     if args.out:
         write_markdown(rows, command, args.out, started, version)
         plot(rows, args.out.with_suffix(".png"))
