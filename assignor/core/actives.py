@@ -157,7 +157,8 @@ def _solve_flow(
     cold = net.arcs(hub[slot_group], slot, hi)
     task_node = net.nodes(len(flow_tasks))
     net.supply(task_node, np.ones(len(flow_tasks), np.int64))
-    moves = _moves_bound(problem, residual, flow_tasks, pooled, group_of)
+    graded = problem.warm.caught is not None  # warm-ups on: tiers sized by the moves
+    moves = _moves_bound(problem, residual, flow_tasks, pooled, group_of) if graded else len(flow_tasks)
     options = _task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of, moves)
     to_hub = net.arcs(task_node, hub[group_of[flow_tasks]], 1)
     pooled_per_group = np.bincount(group_of[pooled], minlength=groups)
