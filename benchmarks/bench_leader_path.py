@@ -224,8 +224,9 @@ def _faust_child(scenario: Scenario, cpu_limit: float, memory_limit: int, send: 
     started = time.process_time()
     try:
         out = assignor.assign(cluster, metadata)
-    except MemoryError:
-        send.send({"unfinished": f"needed over {memory_limit / 2**30:.3g} GiB"})
+    except Exception as exc:  # out of memory shows as MemoryError, or as the JSON parser's own error
+        reason = f"{type(exc).__name__}: {exc}"[:100]
+        send.send({"unfinished": f"failed within {memory_limit / 2**30:.3g} GiB ({reason})"})
         return
     seconds = time.process_time() - started
     given = [len(a.encode()) for a in out.values()]
