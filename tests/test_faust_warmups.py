@@ -39,7 +39,7 @@ def _leader(**settings: object) -> TandemAssignor:
                     PartitionAssignor=TandemAssignor, web_enabled=False)  # fmt: skip
     declare_join(app, ["impressions", "clicks"], "cl")
     assignor: TandemAssignor = app.assignor  # type: ignore[assignment]
-    assignor.faust_adapter.settings = dataclasses.replace(assignor.faust_adapter.settings, **settings)  # type: ignore[arg-type]
+    assignor.settings = dataclasses.replace(assignor.settings, **settings)  # type: ignore[arg-type]
     return assignor
 
 
