@@ -1,9 +1,9 @@
 """Build of the optional C extensions (Cython; everything else is in pyproject.toml):
-`tables._fastjoin`, the join's per-record loop (docs/tables.md, "The compiled loop"), and
-`tables._fastcheck`, its per-input-record check (docs/tables.md, "The compiled check").
+`tables.operators._fastjoin`, the join's per-record loop (docs/tables.md, "The compiled loop"), and
+`tables.records._fastcheck`, its per-input-record check (docs/tables.md, "The compiled check").
 
 Optional: without a C compiler or Python's headers the build warns and the package
-installs without them, and tables/operator.py and tables/codecs.py run their pure-Python
+installs without them, and tables/operators/windowed.py and tables/records/codecs.py run their pure-Python
 code. Cython is a build requirement (pyproject.toml); a build without it (no build
 isolation) skips the extensions.
 """
@@ -17,13 +17,15 @@ from setuptools import Extension, setup
 try:
     from Cython.Build import cythonize
 except ImportError:
-    warnings.warn("Cython is not installed: tables._fastjoin and _fastcheck are not built", stacklevel=1)
+    warnings.warn(
+        "Cython is not installed: tables.operators._fastjoin and _fastcheck are not built", stacklevel=1
+    )
     extensions = []
 else:
     extensions = cythonize(
         [
-            Extension("tables._fastjoin", ["tables/_fastjoin.pyx"]),
-            Extension("tables._fastcheck", ["tables/_fastcheck.pyx"]),
+            Extension("tables.operators._fastjoin", ["tables/operators/_fastjoin.pyx"]),
+            Extension("tables.records._fastcheck", ["tables/records/_fastcheck.pyx"]),
         ],
         compiler_directives={"language_level": "3"},
     )

@@ -18,8 +18,7 @@ from faust.web import Request, Response, View
 
 from app.records import MAX_VALUE_BYTES, Click, Impression, ad_join, check_event
 from app.settings import JOIN_NAME, Settings
-from assignor.faust_adapter import TandemAssignor
-from tables import JoinInput, JoinResults, join
+from tables import JoinInput, JoinResults, TandemAssignor, join
 
 
 def build(settings: Settings) -> faust.App:

@@ -98,7 +98,7 @@ def from_env() -> Settings:
 async def create_topics(bootstrap: str, settings: Settings) -> list[str]:
     """Create the app's topics up front with one partition count (co-partitioning);
     Tandem creates the join's own changelog and dead-letter topic when a worker starts."""
-    from tables.producing import create_topics as create
+    from tables.kafka.topics import create_topics as create
 
     await create(
         bootstrap, dict.fromkeys(settings.topics(), settings.partitions), None, settings.replication_factor

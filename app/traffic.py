@@ -21,8 +21,8 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from app.settings import Settings
-from tables.partitioners import partition_for
-from tables.producing import send_records
+from tables.kafka.batches import send_records
+from tables.records.partitioners import partition_for
 
 BASE_TS = 1_700_000_000_000
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from assignor.core.plan import PlanResult, plan_with_stats
+from assignor.whatif import Change, WhatIfError, fetch_group, predict, render
 
 
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
@@ -48,8 +49,6 @@ def _add_what_if(commands: Any) -> None:
 
 def what_if(args: argparse.Namespace) -> int:
     """Read the group from a worker, plan the change, print it; 2 if the group cannot be read."""
-    from assignor.whatif import Change, WhatIfError, fetch_group, predict, render
-
     if args.leave:
         change = Change("leave", name=args.leave)
     elif args.restart:

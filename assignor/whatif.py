@@ -7,7 +7,7 @@
 Reads the group from any worker's `/tandem/group.json` (the leader's routing table and
 every member's own view: its subscription, epoch, host, rack, capacity, what it holds
 and the changelog offsets on its disk), builds the planner's scenario the way the
-leader does (assignor/faust_adapter.py, `assign_members`), applies the change, plans it
+leader does (assignor/faust_adapter/partition_assignor.py, `assign_members`), applies the change, plans it
 with the same planner, and reports per worker the partitions kept, moved warm and moved
 cold, the changelog records each move would replay, and the balance after.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assignor.core.plan import plan_with_stats
-from assignor.faust_scenario import (
+from assignor.group_scenario import (
     Join,
     MemberInfo,
     Warmups,

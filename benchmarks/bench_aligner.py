@@ -1,4 +1,5 @@
-"""CPU per input record of the event-time aligner (tables/alignment.py, issue 15); prints a Markdown table.
+"""CPU per input record of the event-time aligner (tables/records/alignment.py, issue 15); prints a
+Markdown table.
 
     .venv/bin/python -m benchmarks.bench_aligner [--impressions 200000] [--batch 4000] [--rounds 3]
 
@@ -20,7 +21,7 @@ Three aligners, alternated round by round so a busy machine slows all alike:
 - `sorted release, old add_many`: the new release with add_many as it was (entries built
   by a list comprehension, heapified or pushed one by one; plus one max() per batch for
   the highest held timestamp the new release needs): what the add_many change adds;
-- `sorted (new)`: tables.alignment.Aligner: entries built by zip, a large batch merged by
+- `sorted (new)`: tables.records.alignment.Aligner: entries built by zip, a large batch merged by
   a sort; held records kept sorted where that pays, the due prefix cut; popped as before
   when a few are due from an unsorted heap.
 
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from app.traffic import ad_events
-from tables.alignment import Aligner
+from tables.records.alignment import Aligner
 from tests.heap_aligner import HeapAligner
 
 IMP, CLK = "impressions", "clicks"

@@ -7,7 +7,7 @@ The ad events of app/traffic.py (impressions and clicks, keyed by auction id, st
 now on so the app's own check passes them) through `SideCodec.accept` with the reference
 app's options (app/join.py: str keys, `Impression`/`Click` records in JSON, `validate=
 check_event`, `timestamp="ts"`, `id="event_id"`, `max_value_bytes`), one call per record
-as `JoinRunner._check` makes them, results kept per batch of 2,000 as the runtime keeps
+as `Intake.check` makes them, results kept per batch of 2,000 as the runtime keeps
 them. Rows:
 
 - `accept`: the join's check as the app declares it;
@@ -16,12 +16,12 @@ them. Rows:
 - `stored`: `SideCodec.value`, the record read back from the state for a result's partner
   (decode and build).
 
-Each row is run compiled (tables/_fastcheck.pyx) and in Python (the closure the compiled
+Each row is run compiled (tables/records/_fastcheck.pyx) and in Python (the closure the compiled
 one hands odd records to: what runs where it is not built, or with TANDEM_PURE_PYTHON=1),
 alternated round by round so a busy machine slows both alike. Reports the median CPU time
 (process_time) per record and the ratio. Python's garbage collector runs at its default
 thresholds unless `--gc-threshold` sets the youngest generation's (a worker runs with
-50,000, and 1,000,000 during a batch: tables/gcpacing.py). Before timing, both must give
+50,000, and 1,000,000 during a batch: tables/runtime/gcpacing.py). Before timing, both must give
 the same answer for every record.
 """
 
@@ -38,8 +38,8 @@ import orjson
 
 from app.records import MAX_VALUE_BYTES, Click, Impression, check_event
 from app.traffic import ad_events
-from tables import codecs
-from tables.codecs import SideCodec, key_check, value_form
+from tables.records import codecs
+from tables.records.codecs import SideCodec, key_check, value_form
 
 BATCH = 2000
 Record = tuple[bytes, bytes, int, int]  # key, value, offset, Kafka timestamp
@@ -116,9 +116,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--gc-threshold", type=int, help="the youngest generation's GC threshold")
     args = parser.parse_args()
-    if not codecs.COMPILED:
+    if not codecs.CHECK.active:
         raise SystemExit(
-            "tables._fastcheck is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1"
+            "tables.records._fastcheck is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1"
         )
     if args.gc_threshold:
         gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
@@ -126,11 +126,11 @@ def main() -> None:
     count = sum(len(rows) for rows in by_side.values())
     with_validate, without = side_codecs(True), side_codecs(False)
     assert all(c.compiled for c in (*with_validate.values(), *without.values()))
-    codecs.use_compiled(False)
+    codecs.CHECK.use(False)
     try:
         python_values = {side: c.value for side, c in side_codecs(False).items()}
     finally:
-        codecs.use_compiled(True)
+        codecs.CHECK.use(True)
     # name: (compiled run, Python run)
     rows: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {}
     for name, made in (("accept", with_validate), ("accept, no validate", without)):

@@ -127,7 +127,7 @@ async def measure(
     return result
 
 
-# Survivor log lines that mark the steps of a takeover (aiokafka, Faust, tables/runtime.py).
+# Survivor log lines that mark the steps of a takeover (aiokafka, Faust, tables/runtime/task.py).
 STEPS = {
     "heartbeat": "because it is rebalancing",
     "joined": "Joined group",

@@ -1,6 +1,6 @@
 """What Faust's consumer thread spends handing out one fetched record of a join input:
 aiokafka's ConsumerRecord per record, against the fetched record itself
-(`faust_internals.RawRecords`); prints a Markdown table.
+(`RawRecords`); prints a Markdown table.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_fetched_records [--records 10000] [--rounds 9]
 
@@ -20,7 +20,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 
-from assignor.faust_internals import RawRecords, install_raw_records
+from assignor.faust_adapter.consumer import RawRecords, install_raw_records
 
 TOPIC = "impressions"
 

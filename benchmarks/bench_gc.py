@@ -1,5 +1,5 @@
 """What garbage collection costs one worker joining a backlog, with and without a batch
-deferring it (TANDEM_GC_BATCH_THRESHOLD, tables/gcpacing.py); prints a Markdown table.
+deferring it (TANDEM_GC_BATCH_THRESHOLD, tables/runtime/gcpacing.py); prints a Markdown table.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_gc [--impressions 300000] [--rounds 2]
 

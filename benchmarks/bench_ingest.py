@@ -6,7 +6,7 @@ same run, printed as a Markdown table with their ratio:
 - per record: `SideCodec.check` (an `Accepted` each), `Aligner.add` / `skip` one record
   at a time, the first held offsets by a scan of every held record, each result built
   by `JoinResults._result` (a decode and build of both stored values);
-- batched: what the runtime runs: the reference app's own `JoinRunner._check` per fetch
+- batched: what the runtime runs: the reference app's own `Intake.check` per fetch
   (`SideCodec.accept`, `Aligner.add_many` per topic partition), `Aligner.first_held`
   kept incrementally, `JoinResults._results`.
 
@@ -31,11 +31,12 @@ from faust.types import TP
 from app.join import build
 from app.settings import JOIN_NAME, from_env
 from benchmarks.bench_tables import recent_events
-from tables.alignment import Aligner
-from tables.codecs import Accepted, SideCodec
-from tables.operator import Match
-from tables.results import JoinResults
-from tables.runtime import JoinRunner, runtime_of
+from tables import runtime_of
+from tables.operators.windowed import Match
+from tables.records.alignment import Aligner
+from tables.records.codecs import Accepted, SideCodec
+from tables.runtime.results import JoinResults
+from tables.runtime.task import JoinTask
 
 PARTITION = 0
 
@@ -101,21 +102,21 @@ def _scan_first_held(aligner: Aligner[Any]) -> dict[str, int]:
     return firsts
 
 
-def reference_runner() -> JoinRunner:
+def reference_runner() -> JoinTask:
     """The reference app's own join runner, without a broker: its check and aligner are
     what `batched` runs (no partitioner check: its partition count is not known here)."""
-    return runtime_of(build(from_env())).runners[JOIN_NAME]
+    return runtime_of(build(from_env())).tasks[JOIN_NAME]
 
 
-def batched(join: JoinRunner, batches: list[Fetch], ends: dict[str, int]) -> int:
-    """The runtime's own way: `JoinRunner._check` per fetch, then the aligner's release."""
-    join.aligner = Aligner(list(ends))
+def batched(join: JoinTask, batches: list[Fetch], ends: dict[str, int]) -> int:
+    """The runtime's own way: `Intake.check` per fetch, then the aligner's release."""
+    join.intake.aligner = Aligner(list(ends))
     letters: list[Any] = []
     released = 0
     for _, topic, records in batches:
-        join._check(TP(topic, PARTITION), records, letters)  # type: ignore[arg-type]
-        released += len(join.aligner.release(PARTITION, ends))
-        join.aligner.first_held(PARTITION)
+        join.intake.check(TP(topic, PARTITION), records, letters)  # type: ignore[arg-type]
+        released += len(join.intake.aligner.release(PARTITION, ends))
+        join.intake.aligner.first_held(PARTITION)
     return released
 
 
@@ -172,7 +173,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     join = reference_runner()
-    codecs = join.codecs
+    codecs = join.intake.codecs
     topics = {"left": join.spec.left.name, "right": join.spec.right.name}
     batches, matches = fetches(args.impressions, args.fetch, topics)
     records = sum(len(r) for _, _, r in batches)

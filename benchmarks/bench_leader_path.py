@@ -50,9 +50,11 @@ from typing import Any
 import faust
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
-from assignor import baselines, faust_adapter, plan, wire
-from assignor.baselines import FAUST_FULL, StaticCluster
-from assignor.faust_adapter import TandemAssignor, declare_join, tandem
+from assignor import plan, wire
+from assignor.comparisons import baselines
+from assignor.comparisons.baselines import FAUST_FULL, StaticCluster
+from assignor.faust_adapter import partition_assignor as faust_adapter
+from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join, tandem
 from benchmarks.scenarios import EVENTS, Scenario, parse_size, steady
 
 PHASES = {  # module, function: what the leader path spends its time on

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from assignor import faust_adapter, plan
+from assignor import plan
+from assignor.faust_adapter import partition_assignor as faust_adapter
 from benchmarks.bench_leader_path import bench_event, header, leader_arguments
 from benchmarks.scenarios import parse_size, steady
 

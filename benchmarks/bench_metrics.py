@@ -3,7 +3,7 @@ same batch, measured in the same run (one process, timeit; no broker).
 
     .venv/bin/python -m benchmarks.bench_metrics [--batch 4000] [--partitions 4]
 
-The runtime's hot-path additions (tables/runtime.py, `_process`): per partition of a batch,
+The runtime's hot-path additions (tables/runtime/task.py, `_process`): per partition of a batch,
 the event time of its last result; per batch, one latency observation per partition
 (`LatencyBuckets.observe_since`), and for left, right and outer joins the count of
 unmatched results. Everything else is read when Prometheus scrapes. The baseline is
@@ -19,10 +19,10 @@ import timeit
 
 import orjson
 
-from tables.keys import Side
-from tables.kv import MemoryKV
-from tables.metrics import LatencyBuckets
-from tables.operator import JoinType, JoinWindow, Match, WindowedJoin
+from tables.operators.keys import Side
+from tables.operators.kv import MemoryKV
+from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedJoin
+from tables.web.metrics import LatencyBuckets
 
 Row = tuple[int, Side, bytes, int, bytes, bytes]  # partition, side, key, ts, record id, value
 

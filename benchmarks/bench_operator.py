@@ -8,7 +8,7 @@ ids on, as the reference app), 2,000 records a batch, each batch committed to th
 (`take_changes` + `write`, no broker). Three operators, alternated round by round so a
 busy machine slows them alike:
 
-- `compiled`: the join as it runs when its extension is built (tables/_fastjoin.pyx: the
+- `compiled`: the join as it runs when its extension is built (tables/operators/_fastjoin.pyx: the
   per-record loop in Cython, over the same index in memory);
 - `pure Python`: the same join's Python loop (`TANDEM_PURE_PYTHON=1`, or no extension);
 - `index in RocksDB`: the join as it was (tests/stored_index_join.py: a time index and an
@@ -18,7 +18,7 @@ Reports the median CPU time (process_time: RocksDB's threads included) per recor
 (operator and commit) and in the operator alone (`process_many`, or `process` per record
 for the old one: its reads of RocksDB included, the commit not). Python's garbage collector
 runs at its default thresholds unless `--gc-threshold` sets the youngest generation's (a
-worker runs with 50,000, and 1,000,000 during a batch: tables/gcpacing.py).
+worker runs with 50,000, and 1,000,000 during a batch: tables/runtime/gcpacing.py).
 Then what the in-memory index costs: the records of one run, none expired, in one
 store; a new operator indexes them (as at a start or a promotion), with and without
 ids: bytes per live record (tracemalloc) and CPU per record to build it.
@@ -40,12 +40,12 @@ from pathlib import Path
 import orjson
 
 from app.traffic import ad_events
-from tables import keys
-from tables import operator as operator_module
-from tables.kv import Overlay
-from tables.operator import JoinType, JoinWindow, WindowedJoin
-from tables.partition import StatePartition
-from tables.store import open_store
+from tables.operators import keys
+from tables.operators import windowed as operator_module
+from tables.operators.kv import Overlay
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
+from tables.state.partition import StatePartition
+from tables.state.store import open_store
 from tests.stored_index_join import StoredIndexJoin
 
 BATCH = 2000
@@ -75,9 +75,7 @@ def events(impressions: int) -> list[Event]:
     ]
 
 
-def run(
-    kind: type[StatePartition], records: list[Event], profile: bool = False
-) -> tuple[float, float, int]:
+def run(kind: type[StatePartition], records: list[Event], profile: bool = False) -> tuple[float, float, int]:
     """(CPU seconds in all, CPU seconds in the operator, results) of the records through a
     new partition store."""
     clock = time.process_time
@@ -116,7 +114,9 @@ def index_cost(records: list[Event]) -> None:
     print("| --- | ---: | ---: | ---: |")
     for ids in (False, True):
         with tempfile.TemporaryDirectory() as tmp:
-            part = StatePartition(open_store(Path(tmp) / "p0"), everything, JoinType.INNER, "active", ids)
+            part = StatePartition(
+                open_store(Path(tmp) / "p0"), WindowedKind(everything, JoinType.INNER), "active", ids
+            )
             for at in range(0, len(records), BATCH):
                 for record in records[at : at + BATCH]:
                     part.join.process(*record)
@@ -151,22 +151,22 @@ def main() -> None:
         run(StatePartition, records, profile=True)
         return
     paths = dict(PATHS)
-    if not operator_module.COMPILED:
-        print("tables._fastjoin is not built (or TANDEM_PURE_PYTHON=1): no `compiled` row\n")
+    if not operator_module.LOOP.active:
+        print("tables.operators._fastjoin is not built (or TANDEM_PURE_PYTHON=1): no `compiled` row\n")
         del paths["compiled"]
     spent: dict[str, list[float]] = {name: [] for name in paths}
     in_operator: dict[str, list[float]] = {name: [] for name in paths}
     results: dict[str, int] = {}
-    was = operator_module.COMPILED
+    was = operator_module.LOOP.active
     try:
         for _ in range(args.rounds):
             for name, (kind, compiled) in paths.items():
-                operator_module.use_compiled(compiled)
+                operator_module.LOOP.use(compiled)
                 seconds, operator, results[name] = run(kind, records)
                 spent[name].append(seconds / len(records) * 1e6)
                 in_operator[name].append(operator / len(records) * 1e6)
     finally:
-        operator_module.use_compiled(was)
+        operator_module.LOOP.use(was)
     if len(set(results.values())) != 1:
         raise SystemExit(f"the paths disagree: {results}")
     print(f"{len(records):,} records, {results['pure Python']:,} results, median of {args.rounds} rounds\n")

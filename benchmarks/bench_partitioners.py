@@ -6,9 +6,9 @@ Prints a Markdown table (results: docs/partitioners.md): nanoseconds per record 
 finding the records of one fetch (one topic partition) whose key belongs to another
 partition, by batch size and key shape, for
 
-- `find_misplaced` murmur2: tables.partitioners, numpy-vectorised over the batch;
-- `find_misplaced` crc32: tables.partitioners, zlib's C CRC-32 per key;
-- per key, pure Python: tables.partitioners.murmur2 in a loop (the single-key function);
+- `find_misplaced` murmur2: tables.records.partitioners, numpy-vectorised over the batch;
+- `find_misplaced` crc32: tables.records.partitioners, zlib's C CRC-32 per key;
+- per key, pure Python: tables.records.partitioners.murmur2 in a loop (the single-key function);
 - per key, aiokafka: aiokafka.partitioner.murmur2 (pure Python) in a loop;
 - per key, compiled: the `murmurhash2` wheel (Rust) in a loop, when it is installed
   (`pip install murmurhash2`; it is not a dependency).
@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 
-from tables.partitioners import Partitioner, find_misplaced, murmur2, partition_for
+from tables.records.partitioners import Partitioner, find_misplaced, murmur2, partition_for
 
 JOIN_NS_PER_RECORD = 25_000
 PARTITIONS = 4

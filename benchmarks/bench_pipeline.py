@@ -38,9 +38,7 @@ from tables.testing import EmbeddedBroker  # noqa: E402
 PARTITIONS = 4
 
 
-def bench_join(
-    spark: object, impressions: int, workdir: Path, cores: int, kinds: list[str]
-) -> list[str]:
+def bench_join(spark: object, impressions: int, workdir: Path, cores: int, kinds: list[str]) -> list[str]:
     cfg = TrafficConfig(impressions=impressions, partitions=8, start_ms=1_700_000_000_000)
     data = workdir / "traffic"
     began = time.monotonic()
@@ -57,8 +55,7 @@ def bench_join(
         took = time.monotonic() - began
         output.decoded.unpersist()
         rate = total / took / cores
-        print(f"bench: {kind} join of {total:,} records in {took:.1f} s ({rate:,.0f}/s/core)",
-              flush=True)
+        print(f"bench: {kind} join of {total:,} records in {took:.1f} s ({rate:,.0f}/s/core)", flush=True)
         lines.append(f"| reference join, {kind} | {total:,} records "
                      f"({counts['impressions']:,} impressions, {counts['clicks']:,} clicks) | "
                      f"{took:.1f} s | {rate:,.0f} |")  # fmt: skip

@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.bench_planner --quick    # smoke run, small sizes, no files
 
 Every churn event is derived from one balanced steady state, so all strategies see the same
-input and one optimum (assignor.metrics.optimum_moves) per event. Only the assignor call is
+input and one optimum (assignor.comparisons.metrics.optimum_moves) per event. Only the assignor call is
 timed; building its input (the members' metadata) and reading its output back are not.
 """
 
@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from assignor.baselines import BASELINES, Strategy
-from assignor.metrics import Metrics, measure, optimum_moves
+from assignor.comparisons.baselines import BASELINES, Strategy
+from assignor.comparisons.metrics import Metrics, measure, optimum_moves
 from benchmarks.scenarios import EVENTS, Scenario, Size, parse_size, steady
 
 DEFAULT_SIZES = "3x12,100x1000,300x3000,1000x10000,1M"
@@ -382,7 +382,7 @@ METHOD = [
     "- `moves` = tasks not kept by their (fenced) previous owner, as the spec counts them (a",
     "  restarted member's tasks have no previous owner, so all count). `optimum` = the fewest",
     "  moves among balanced assignments, computed independently of the planner",
-    "  (`assignor.metrics.optimum_moves`, a min-cost flow). A strategy may beat it only by",
+    "  (`assignor.comparisons.metrics.optimum_moves`, a min-cost flow). A strategy may beat it only by",
     "  being unbalanced.",
     "- `warm` = moved stateful tasks landing on a member with a previous standby or local",
     "  offsets for them; `cold` the others (stateless moves are in neither).",

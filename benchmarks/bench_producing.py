@@ -7,7 +7,7 @@ records (the join's shape: 40-byte keys, 120-byte values) with `producer.create_
 batches of the producer's `max_batch_size`, for
 
 - `BatchBuilder.append` per record: start_sending's loop before `fill_batch` (reproduced here);
-- `fill_batch`: assignor.faust_internals, what start_sending runs now (the record-batch
+- `fill_batch`: tables.kafka.batches, what start_sending runs now (the record-batch
   builder's append per record, without BatchBuilder.append's Python wrapper);
 - `create_batch` only: the batches alone, empty (their part of both figures).
 
@@ -31,7 +31,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from assignor.faust_internals import fill_batch
+from tables.kafka.batches import fill_batch
 
 JOIN_US_PER_RECORD = 25.0
 APPENDS_PER_INPUT_RECORD = 1.4

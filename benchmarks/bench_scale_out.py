@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.cluster import WorkerProcess, covered, wait_for  # noqa: E402
 from app.settings import Settings, create_topics, from_env  # noqa: E402
 from app.traffic import Traffic  # noqa: E402
-from tables.producing import changelog_configs, send_records  # noqa: E402
-from tables.producing import create_topics as create_with_configs  # noqa: E402
+from tables.kafka.batches import send_records  # noqa: E402
+from tables.kafka.topics import changelog_configs  # noqa: E402
+from tables.kafka.topics import create_topics as create_with_configs  # noqa: E402
 from tables.testing import EmbeddedBroker  # noqa: E402
 from tests.scale_out import (  # noqa: E402
     Background,

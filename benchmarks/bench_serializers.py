@@ -1,6 +1,6 @@
 """What a join handler's output value costs to serialize when the batch keeps it (issue 15):
 `orjson.dumps` as it returns, against the same bytes copied into an object of their own
-size (tables/results.py `_dumps`). Prints a Markdown table.
+size (tables/runtime/results.py `_dumps`). Prints a Markdown table.
 
     .venv/bin/python -m benchmarks.bench_serializers [--results 10000] [--rounds 7]
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from tables.results import _dumps
+from tables.runtime.results import _dumps
 
 
 def values(n: int) -> list[dict[str, Any]]:

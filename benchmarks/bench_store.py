@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rocksdict import ReadOptions, WriteBatch
 
-from tables.store import CHECKPOINT_KEY, PartitionStore, encode_checkpoint, safe_checkpoint
+from tables.state.store import CHECKPOINT_KEY, PartitionStore, encode_checkpoint, safe_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def make_store(path: Path, records: int, killed: bool) -> None:
     by a child process that closes it, or is killed without closing."""
     end = "os.kill(os.getpid(), 9)" if killed else "store.close()"
     code = (
-        "import os\nfrom tables.store import PartitionStore\n"
+        "import os\nfrom tables.state.store import PartitionStore\n"
         f"store = PartitionStore({str(path)!r})\n"
         f"for batch in range({max(records // 1000, 1)}):\n"
         "    store.write({os.urandom(16): os.urandom(100) for _ in range(1000)}, batch)\n"

@@ -7,7 +7,7 @@
     .venv/bin/python -m benchmarks.bench_tables --only memory --memory-keys 10000000
 
 - stages: CPU per input record of each step a worker's batch takes, on the generic
-  state (`tables.partition.StatePartition`: RocksDB + write overlay + `WindowedJoin`),
+  state (`tables.state.partition.StatePartition`: RocksDB + write overlay + `WindowedJoin`),
   with the reference app's own input checks and result handling, without Kafka;
 - restore: a `tables.state.JoinState` restored from local files plus the changelog's
   tail, against a full replay of the changelog (a ratio measured in the same run);
@@ -39,14 +39,14 @@ from aiokafka import AIOKafkaProducer
 from app.records import ad_join
 from app.settings import JOIN_NAME, from_env
 from app.traffic import ad_events
-from tables import keys
-from tables.codecs import Accepted, SideCodec
-from tables.keys import Side
-from tables.operator import JoinType, JoinWindow
-from tables.partition import StatePartition
-from tables.producing import changelog_configs, create_topics
-from tables.state import JoinState
-from tables.store import PartitionStore
+from tables.kafka.topics import changelog_configs, create_topics
+from tables.operators import keys
+from tables.operators.keys import Side
+from tables.operators.windowed import JoinType, JoinWindow, WindowedKind
+from tables.records.codecs import Accepted, SideCodec
+from tables.state.manager import JoinState
+from tables.state.partition import StatePartition
+from tables.state.store import PartitionStore
 from tables.testing import EmbeddedBroker
 
 WINDOW = JoinWindow()  # the reference app's: before 0, after 10 min, grace 1 min
@@ -75,16 +75,16 @@ def recent_events(impressions: int) -> list[Event]:
 def reference_codecs() -> dict[Side, SideCodec]:
     """The reference app's input checks, as its join runner holds them (no broker needed)."""
     from app.join import build
-    from tables.runtime import runtime_of
+    from tables import runtime_of
 
     settings = from_env()
     app = build(settings)
-    return runtime_of(app).runners[JOIN_NAME].codecs
+    return runtime_of(app).tasks[JOIN_NAME].intake.codecs
 
 
 def open_partition(path: Path, join_type: JoinType, window: JoinWindow = WINDOW) -> StatePartition:
     """One active partition of the state, as a worker holds it (ids: the ad join's event ids)."""
-    return StatePartition(PartitionStore(path), window, join_type, "active", ids=True)
+    return StatePartition(PartitionStore(path), WindowedKind(window, join_type), "active", ids=True)
 
 
 # -- stages: where the CPU of a record goes, without Kafka ---------------------------
@@ -194,7 +194,7 @@ def bench_memory(count: int, step: int, work: Path, path: str) -> list[str]:
 
 
 def _state(bootstrap: str, topic: str, data_dir: Path) -> JoinState:
-    return JoinState(bootstrap, topic, data_dir, window=WINDOW, join_type=JoinType.INNER, ids=True,
+    return JoinState(bootstrap, topic, data_dir, kind=WindowedKind(WINDOW, JoinType.INNER), ids=True,
                      table=JOIN_NAME)  # fmt: skip
 
 
@@ -219,7 +219,7 @@ async def write_changelog(bootstrap: str, topic: str, records: int, tail_fractio
         for n, (side, key, value) in enumerate(recent_events(records)[:records], 1):
             found = codecs[side].check(key, value, n, None)
             if type(found) is Accepted:
-                writer.active(0).join.process(side, key, found.ts, found.record_id, value)
+                writer.active(0).operator.process(side, key, found.ts, found.record_id, value)
             written = n
             if n % 5000 == 0 or n == snapshot_at:
                 await writer.commit(0, producer)

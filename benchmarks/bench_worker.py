@@ -23,7 +23,7 @@ group reading from the start and an empty state) on the embedded broker:
   the two inputs, the windowed join on RocksDB, results produced and acknowledged,
   changelog and state committed.
 - tandem (pure Python): the same worker with TANDEM_PURE_PYTHON=1: its per-record loop
-  and input check run as Python, not compiled (tables/_fastjoin.pyx, _fastcheck.pyx).
+  and input check run as Python, not compiled (tables/operators/_fastjoin.pyx, _fastcheck.pyx).
 - faust-table: the join written the usual way on Faust's own tables
   (benchmarks/faust_table_app.py): one Table keyed by auction id, one event at a
   time, Faust's RocksDB store and changelog; no expiry, no event-time order.
@@ -62,8 +62,9 @@ from rocksdict import Options, Rdict, WriteBatch
 from app.cluster import REPO, WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from app.traffic import ad_events, produce_events
-from tables.producing import changelog_configs, start_sending
-from tables.producing import create_topics as create_join_topics
+from tables.kafka.batches import start_sending
+from tables.kafka.topics import changelog_configs
+from tables.kafka.topics import create_topics as create_join_topics
 from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker
 
 PARTITIONS = 4
@@ -409,8 +410,7 @@ async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[s
                 runs.append(
                     f"{name} round {n + 1}: {wall_rate:,.0f}/s wall, {cpu_us:.1f} µs CPU per record "
                     f"({run['records']:,} records timed), {run['results']:,} results, {run['late']:,} "
-                    f"late, {run['forced']:,} released before their turn"
-                    + _start_note(run)
+                    f"late, {run['forced']:,} released before their turn" + _start_note(run)
                 )
                 per_round[-1][name] = wall_rate
                 old = best.get(name, (0.0, float("inf")))

@@ -12,14 +12,15 @@ from faust.types import TP
 
 import app as _reference
 from app.settings import JOIN_NAME
-from assignor.faust_internals import InputRecord
-from tables.runtime import JoinRunner, runtime_of
+from assignor.faust_adapter.consumer import InputRecord
+from tables import runtime_of
+from tables.runtime.task import JoinTask
 
 app = _reference.app
 
 
-class ConsumeOnlyRunner(JoinRunner):
-    """A join runner whose batch only records how far each input partition was taken."""
+class ConsumeOnlyTask(JoinTask):
+    """A join task whose batch only records how far each input partition was taken."""
 
     async def _process(self, fetches: list[dict[TP, list[InputRecord]]]) -> None:
         state = self.state
@@ -27,9 +28,9 @@ class ConsumeOnlyRunner(JoinRunner):
         for fetch in fetches:
             for tp, records in fetch.items():
                 if records and tp.partition in state.ready:  # as the join: restored ones only
-                    self.stats.read[self.sides[tp.topic]] += len(records)
-                    self.read_next[tp] = self.commit_at[tp] = records[-1].offset + 1
+                    self.stats.read[self.intake.sides[tp.topic]] += len(records)
+                    self.intake.read_next[tp] = self.intake.commit_at[tp] = records[-1].offset + 1
         self.stats.batches += 1
 
 
-runtime_of(app).runners[JOIN_NAME].__class__ = ConsumeOnlyRunner
+runtime_of(app).tasks[JOIN_NAME].__class__ = ConsumeOnlyTask

@@ -11,7 +11,7 @@ for ever), late records, unmatched results, dead-letter topics.
 
 Faust's own assignor, and the reference app's Faust settings (app.join.faust_settings).
 Like the Tandem worker on the embedded broker it reads its fetch wait, follower sync
-delay and end offsets the way docs/embedded-broker.md says (assignor/faust_internals.py;
+delay and end offsets the way docs/embedded-broker.md says (assignor/faust_adapter/consumer.py;
 without the end offsets Faust's table recovery stops with ConsistencyError there).
 It serves the `/tandem/` fields the benchmarks poll, in the Tandem worker's shape
 (`joins: {"ad-join": {...}}`).
@@ -30,17 +30,18 @@ from faust.web import Request, Response, View
 
 from app.join import faust_settings
 from app.settings import JOIN_NAME, from_env
-from assignor import faust_internals
-from assignor.settings import TandemSettings
+from assignor.faust_adapter.consumer import committed_offsets, install_consumer
+from assignor.faust_adapter.group import delay_follower_sync
+from assignor.faust_adapter.settings import TandemSettings
 from pipeline.records import Rejected, Side, validate
 from pipeline.semantics import result
-from tables.operator import JoinWindow
+from tables.operators.windowed import JoinWindow
 
 settings = from_env()
 app = faust.App(settings.app_id, **faust_settings(settings))
 _tuning = TandemSettings.from_env()
-faust_internals.install_consumer(app, _tuning.fetch_max_wait_ms, _tuning.fetch_high_watermarks)
-faust_internals.delay_follower_sync(_tuning.follower_sync_delay_ms / 1000)
+install_consumer(app, _tuning.fetch_max_wait_ms, _tuning.fetch_high_watermarks)
+delay_follower_sync(_tuning.follower_sync_delay_ms / 1000)
 
 window = JoinWindow()  # the ad join's: a click up to 10 minutes after its impression
 inputs = app.topic(settings.impressions, settings.clicks, key_serializer="raw", value_serializer="raw")
@@ -167,7 +168,7 @@ def _lag(partition: int) -> int | None:
             return None
         if high is None:
             return None
-        committed = faust_internals.committed_offsets(app).get(tp) or 0
+        committed = committed_offsets(app).get(tp) or 0
         total += max(0, high - positions.get(tp, committed))
     return total
 

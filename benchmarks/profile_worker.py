@@ -8,8 +8,8 @@ A profile, not a benchmark: shares of the samples of both of the worker's thread
 event loop's and Faust's consumer thread), to see what to work on; rates and CPU per
 record are `benchmarks/bench_worker.py`'s. py-spy attaches to the worker process (ptrace:
 as root, or with kernel.yama.ptrace_scope 0) and slows it while it samples. The compiled
-parts (tables/_fastjoin.pyx, _fastcheck.pyx) show as the Python frame that calls them
-(py-spy reads Python stacks): `WindowedJoin.process_many`, `JoinRunner._check`.
+parts (tables/operators/_fastjoin.pyx, _fastcheck.pyx) show as the Python frame that calls them
+(py-spy reads Python stacks): `WindowedJoin.process_many`, `Intake.check`.
 """
 
 from __future__ import annotations
@@ -35,16 +35,16 @@ from tables.testing import EmbeddedBroker
 AREAS = [
     ("Faust's consumer thread (fetching, aiokafka's record objects)", "WorkerThread.run"),
     ("event loop waiting (select)", "EpollSelector.select"),
-    ("check and validation (codecs, partitioner check, the app's validate)", "JoinRunner._check"),
-    ("event-time alignment (release)", "JoinRunner._release"),
+    ("check and validation (codecs, partitioner check, the app's validate)", "Intake.check"),
+    ("event-time alignment (release)", "Intake.release"),
     ("the operator (partners, index, expiry)", "WindowedJoin.process_many"),
     ("the app's handler and its results", "app/join.py"),
-    ("the app's handler and its results", "tables/results.py"),
-    ("results and dead letters produced", "JoinRunner._send_output"),
+    ("the app's handler and its results", "tables/runtime/results.py"),
+    ("results and dead letters produced", "Collector.send"),
     ("changelog produced, state written to RocksDB", "JoinState.commit"),
     ("aiokafka's producer (requests)", "aiokafka/producer"),
     ("Faust's producer (the app's table updates)", "faust/transport/producer.py"),
-    ("the rest of a batch", "JoinRunner._process"),
+    ("the rest of a batch", "JoinTask._process"),
     ("the rest: Faust, aiokafka, asyncio", ""),
 ]
 # Single functions worth seeing on their own, as a share of all samples (on the stack).
@@ -54,7 +54,8 @@ FUNCTIONS = [
     "JoinResults._results",  # results built for the handler (a stored partner decoded again)
     "check_event",  # the reference app's own validate
     "FetchResult.getall",  # the consumer thread handing out a fetch's records
-    "_GeneratorContextManager.__exit__",  # the collection deferred to a batch's end (tables/gcpacing.py)
+    # the collection deferred to a batch's end (tables/runtime/gcpacing.py)
+    "_GeneratorContextManager.__exit__",
 ]
 
 

@@ -47,16 +47,26 @@ def member_id(i: int) -> str:
 
 def _member(i: int, topics: list[str]) -> dict[str, Any]:
     # Two members per host and hosts spread over three racks, so standby placement matters.
-    return {"topics": topics, "host": f"h{i // 2:04d}", "rack": f"rack-{(i // 2) % 3}",
-            "capacity": 1, "epoch": STEADY_EPOCH, "previous_active": {}, "previous_standby": {}}
+    return {
+        "topics": topics,
+        "host": f"h{i // 2:04d}",
+        "rack": f"rack-{(i // 2) % 3}",
+        "capacity": 1,
+        "epoch": STEADY_EPOCH,
+        "previous_active": {},
+        "previous_standby": {},
+    }
 
 
 def steady(size: Size, replicas: int) -> Scenario:
     """A balanced, co-partitioned assignment with standbys, as the previous generation."""
     if size.join:
         topics = ["in-a", "in-b", "state-changelog"]
-        scenario: Scenario = {"copartition_groups": [topics], "changelog_topics": [topics[2]],
-                              "standby_replicas": replicas}
+        scenario: Scenario = {
+            "copartition_groups": [topics],
+            "changelog_topics": [topics[2]],
+            "standby_replicas": replicas,
+        }
     else:
         topics = [f"topic-{t:03d}" for t in range(size.topics)]
         scenario = {"copartition_groups": [], "changelog_topics": [], "standby_replicas": 0}
@@ -70,8 +80,7 @@ def steady(size: Size, replicas: int) -> Scenario:
     return scenario
 
 
-def _fill_join(members: list[dict[str, Any]], size: Size, replicas: int,
-               topics: list[str]) -> None:
+def _fill_join(members: list[dict[str, Any]], size: Size, replicas: int, topics: list[str]) -> None:
     n_m = size.members
     active: list[list[int]] = [[] for _ in range(n_m)]
     standby: list[list[int]] = [[] for _ in range(n_m)]
@@ -124,8 +133,7 @@ def restart_one(scenario: Scenario) -> Scenario:
         parts = set(old["previous_active"].get(cl, [])) | set(old["previous_standby"].get(cl, []))
         if parts:
             offsets[cl] = {str(p): 1000 + p for p in sorted(parts)}
-    back = {**old, "epoch": 0, "previous_active": {}, "previous_standby": {},
-            "local_offsets": offsets}
+    back = {**old, "epoch": 0, "previous_active": {}, "previous_standby": {}, "local_offsets": offsets}
     return {**scenario, "members": {**scenario["members"], m: back}}
 
 

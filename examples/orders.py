@@ -17,8 +17,7 @@ from datetime import timedelta
 import faust
 from faust.web import Request, Response, View
 
-from assignor.faust_adapter import TandemAssignor
-from tables import JoinInput, JoinResults, join
+from tables import JoinInput, JoinResults, TandemAssignor, join
 
 PARTITIONS = int(os.environ.get("ORDERS_PARTITIONS", "4"))
 
@@ -107,4 +106,3 @@ async def add_to_totals(stream: faust.StreamT[int]) -> None:
 async def total(web: View, request: Request, customer: str) -> Response:
     """A customer's total, answered by the worker that owns it (Faust routes the request)."""
     return web.json({"customer": customer, "cents": totals[customer]})
-

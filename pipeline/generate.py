@@ -5,7 +5,7 @@ later. Records arrive in an order of their own: a little jitter for all, more
 for an out-of-order share, far more for a late share (past the join's grace),
 plus duplicate deliveries and malformed records. The output is what the two
 topics would hold: per record its Kafka `partition` (murmur2 of the key, as the
-Java client and aiokafka choose it: `tables.partitioners`), the raw `key` and
+Java client and aiokafka choose it: `tables.records.partitioners`), the raw `key` and
 `value` bytes, and `seq`, the record's place in the merged arrival order of both
 topics on that partition.
 `seq` lets the batch twin reproduce stream time and lateness exactly.
@@ -26,11 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tables.partitioners import partitions_for
+from tables.records.partitioners import partitions_for
 
-CHUNK_SCHEMA = (
-    "topic string, partition int, arrival_ms long, tiebreak double, key binary, value binary"
-)
+CHUNK_SCHEMA = "topic string, partition int, arrival_ms long, tiebreak double, key binary, value binary"
 META_FILE = "_tandem.json"
 MALFORMED = (
     b"not json",
@@ -92,9 +90,7 @@ def _side_frame(
     )
 
 
-def _with_duplicates(
-    cfg: TrafficConfig, frame: pd.DataFrame, rng: np.random.Generator
-) -> pd.DataFrame:
+def _with_duplicates(cfg: TrafficConfig, frame: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     copies = frame[rng.random(len(frame)) < cfg.duplicates].copy()
     copies["arrival_ms"] += rng.integers(1, 5_001, len(copies))
     copies["tiebreak"] = rng.random(len(copies))
@@ -122,8 +118,7 @@ def generate_chunk(cfg: TrafficConfig, chunk: int) -> pd.DataFrame:
     keys = [a.encode() for a in auctions]
     campaigns = rng.integers(0, 1000, len(ids))
     imp_values = [
-        f'{{"event_id":"imp-{i:012d}","auction_id":"{a}","campaign_id":"camp-{c}","ts":{t}}}'
-        .encode()
+        f'{{"event_id":"imp-{i:012d}","auction_id":"{a}","campaign_id":"camp-{c}","ts":{t}}}'.encode()
         for i, a, c, t in zip(ids, auctions, campaigns, ts, strict=True)
     ]
     impressions = _side_frame("impressions", keys, imp_values, _arrival(cfg, rng, ts), rng)
@@ -173,8 +168,7 @@ def generate(spark: object, cfg: TrafficConfig, out: Path) -> dict[str, int]:
         .parquet(str(out))
     )
     counts = {
-        r["topic"]: int(r["count"])
-        for r in spark.read.parquet(str(out)).groupBy("topic").count().collect()
+        r["topic"]: int(r["count"]) for r in spark.read.parquet(str(out)).groupBy("topic").count().collect()
     }
     (out / META_FILE).write_text(json.dumps({"config": asdict(cfg), "counts": counts}, indent=2))
     return counts
@@ -195,11 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = TrafficConfig()
     for name, value in asdict(defaults).items():
         if name == "start_ms":
-            parser.add_argument("--start-ms", type=int, default=None,
-                                help="event time of the first auction (default: this hour)")
+            parser.add_argument(
+                "--start-ms",
+                type=int,
+                default=None,
+                help="event time of the first auction (default: this hour)",
+            )
             continue
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value,
-                            help=f"(default {value})")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"(default {value})"
+        )
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     return parser
 
@@ -211,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.spark import progress, session
 
     began = time.monotonic()
-    print(f"generate: {cfg.impressions:,} auctions in {cfg.chunks()} chunks -> {args.out}",
-          flush=True)
+    print(f"generate: {cfg.impressions:,} auctions in {cfg.chunks()} chunks -> {args.out}", flush=True)
     spark = session(args.master, "tandem-generate")
     with progress(spark, "generate"):
         counts = generate(spark, cfg, args.out)

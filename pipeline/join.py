@@ -5,7 +5,7 @@ stream (docs/join-semantics.md), computed in bulk instead of record by record
 (`pipeline.semantics` is the record-by-record statement it is tested against):
 
 0. a record whose key belongs to another partition than the one it was read from
-   (under `params.partitioner`; `tables.partitioners.find_misplaced`, the stream's
+   (under `params.partitioner`; `tables.records.partitioners.find_misplaced`, the stream's
    check) is *misplaced*: skipped before anything else, reported on its own;
 1. decode every record with `tables.records.validate`; skip the rejected ones;
 2. stream time before each record = the running max of `ts` over the records
@@ -36,7 +36,7 @@ from pipeline.generate import META_FILE
 from pipeline.kafka import offsets
 from pipeline.records import Rejected, validate
 from pipeline.semantics import JoinParams
-from tables.partitioners import PARTITIONERS, Partitioner, find_misplaced, misplaced_reason
+from tables.records.partitioners import PARTITIONERS, Partitioner, find_misplaced, misplaced_reason
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -90,17 +90,24 @@ def decode_batches(
             if isinstance(found, Rejected):
                 rows.append((None, None, None, None, found.reason, None, None))
             else:
-                rows.append((found["event_id"], found["auction_id"],
-                             found.get("campaign_id"), found["ts"], None, None, None))
+                rows.append(
+                    (
+                        found["event_id"],
+                        found["auction_id"],
+                        found.get("campaign_id"),
+                        found["ts"],
+                        None,
+                        None,
+                        None,
+                    )
+                )
         decoded = pd.DataFrame(
             rows,
             columns=["event_id", "auction_id", "campaign_id", "ts", "reason", "belongs_to", "key"],
         )
         decoded["ts"] = decoded["ts"].astype("Int64")
         decoded["belongs_to"] = decoded["belongs_to"].astype("Int32")
-        yield pd.concat(
-            [batch[["partition", "seq", "side"]].reset_index(drop=True), decoded], axis=1
-        )
+        yield pd.concat([batch[["partition", "seq", "side"]].reset_index(drop=True), decoded], axis=1)
 
 
 def load_parquet(spark: SparkSession, path: str) -> DataFrame:
@@ -189,10 +196,7 @@ def classify(records: DataFrame, params: JoinParams) -> DataFrame:
     )
     misplaced = F.col("belongs_to").isNotNull()
     valid = decoded.filter(F.col("reason").isNull() | misplaced).withColumn("misplaced", misplaced)
-    before = (
-        Window.partitionBy("partition").orderBy("seq")
-        .rowsBetween(Window.unboundedPreceding, -1)
-    )
+    before = Window.partitionBy("partition").orderBy("seq").rowsBetween(Window.unboundedPreceding, -1)
     first = Window.partitionBy("partition", "side", "event_id").orderBy("seq")
     with_time = (
         valid.withColumn("st_before", F.max("ts").over(before))
@@ -204,8 +208,12 @@ def classify(records: DataFrame, params: JoinParams) -> DataFrame:
     on_time = F.when(~F.col("late"), F.col("seq"))
     return with_time.withColumn(
         "duplicate",
-        ~F.col("late") & ~F.col("misplaced") & (F.min(on_time).over(first.rowsBetween(
-            Window.unboundedPreceding, Window.unboundedFollowing)) < F.col("seq")),
+        ~F.col("late")
+        & ~F.col("misplaced")
+        & (
+            F.min(on_time).over(first.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
+            < F.col("seq")
+        ),
     )
 
 
@@ -215,14 +223,10 @@ def _pairs(accepted: DataFrame, params: JoinParams) -> DataFrame:
     def side(name: str, prefix: str) -> DataFrame:
         cols = ["partition", "auction_id", "event_id", "campaign_id", "ts", "emit", "st_after"]
         chosen = accepted.filter(F.col("side") == name).select(*cols)
-        return chosen.select(
-            "partition", "auction_id", *[F.col(c).alias(f"{prefix}{c}") for c in cols[2:]]
-        )
+        return chosen.select("partition", "auction_id", *[F.col(c).alias(f"{prefix}{c}") for c in cols[2:]])
 
     left, right = side("left", "l_"), side("right", "r_")
-    in_window = F.col("r_ts").between(
-        F.col("l_ts") - params.before, F.col("l_ts") + params.after
-    )
+    in_window = F.col("r_ts").between(F.col("l_ts") - params.before, F.col("l_ts") + params.after)
     return (
         left.join(right, ["partition", "auction_id"])
         .filter(in_window)
@@ -233,9 +237,7 @@ def _pairs(accepted: DataFrame, params: JoinParams) -> DataFrame:
     )
 
 
-def _unmatched(
-    accepted: DataFrame, pairs: DataFrame, final_time: DataFrame, side: str
-) -> DataFrame:
+def _unmatched(accepted: DataFrame, pairs: DataFrame, final_time: DataFrame, side: str) -> DataFrame:
     from pyspark.sql import functions as F
 
     prefix = "l_" if side == "left" else "r_"
@@ -275,7 +277,8 @@ def _as_results(df: DataFrame, kind: str) -> DataFrame:
             "ts": F.col("ts"),
         }
     join_id = F.concat(
-        F.coalesce(cols["impression_id"].cast("string"), F.lit("")), F.lit("|"),
+        F.coalesce(cols["impression_id"].cast("string"), F.lit("")),
+        F.lit("|"),
         F.coalesce(cols["click_id"].cast("string"), F.lit("")),
     )
     typed = {
@@ -283,8 +286,7 @@ def _as_results(df: DataFrame, kind: str) -> DataFrame:
         "impression_ts": "long", "click_ts": "long", "ts": "long",
     }  # fmt: skip
     selected = [join_id.alias("join_id")] + [
-        c.cast(typed[name]).alias(name) if name in typed else c.alias(name)
-        for name, c in cols.items()
+        c.cast(typed[name]).alias(name) if name in typed else c.alias(name) for name, c in cols.items()
     ]
     return df.select(*selected, F.lit(kind).alias("kind"), F.col("partition").cast("int"))
 
@@ -323,16 +325,28 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--before", type=int, default=0, help="ms (default 0)")
     parser.add_argument("--after", type=int, default=600_000, help="ms (default 600000)")
     parser.add_argument("--grace", type=int, default=60_000, help="ms (default 60000)")
-    parser.add_argument("--now-ms", type=int, default=None,
-                        help="wall clock for the timestamp checks (default: none, a backfill)")
-    parser.add_argument("--partitioner", choices=PARTITIONERS, default="murmur2",
-                        help="how the inputs' producers partition keys (default murmur2, Kafka's; "
-                        "crc32: librdkafka's consistent); records on another partition are "
-                        "misplaced, never joined; none: no check")
+    parser.add_argument(
+        "--now-ms",
+        type=int,
+        default=None,
+        help="wall clock for the timestamp checks (default: none, a backfill)",
+    )
+    parser.add_argument(
+        "--partitioner",
+        choices=PARTITIONERS,
+        default="murmur2",
+        help="how the inputs' producers partition keys (default murmur2, Kafka's; "
+        "crc32: librdkafka's consistent); records on another partition are "
+        "misplaced, never joined; none: no check",
+    )
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    parser.add_argument("--shuffle-partitions", type=int, default=None,
-                        help="spark.sql.shuffle.partitions (default: Spark's, 200); a few "
-                        "per core is faster for small inputs")
+    parser.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=None,
+        help="spark.sql.shuffle.partitions (default: Spark's, 200); a few "
+        "per core is faster for small inputs",
+    )
 
 
 def params_of(args: argparse.Namespace) -> JoinParams:
@@ -359,8 +373,9 @@ def summarize(output: JoinOutput) -> dict[str, int]:
     """Counts of results by kind and of skipped input records, in one pass each."""
     from pyspark.sql import functions as F
 
-    counts = {f"results_{r['kind']}": int(r["count"])
-              for r in output.results.groupBy("kind").count().collect()}
+    counts = {
+        f"results_{r['kind']}": int(r["count"]) for r in output.results.groupBy("kind").count().collect()
+    }
     skipped = output.decoded.agg(
         F.sum((~F.col("misplaced")).cast("int")).alias("valid"),
         F.sum(F.col("late").cast("int")).alias("late"),

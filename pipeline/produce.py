@@ -3,7 +3,7 @@
 Records go out in arrival order (`seq`), so a consumer reading live sees them
 in that order, and each carries its `seq` in a header so the batch twin can
 rebuild the merged order of both topics exactly. Each record goes to the
-partition `tables.partitioners` gives its key: murmur2 by default (as the Java
+partition `tables.records.partitioners` gives its key: murmur2 by default (as the Java
 client and aiokafka), the generator's own `partition`; the command checks that the
 topics have the generator's partition count. `--clicks-partitioner crc32` (or
 `--impressions-partitioner`) places a topic as a librdkafka producer with its
@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from pipeline.generate import read_meta
-from tables.partitioners import Partitioner, partitions_for
+from tables.records.partitioners import Partitioner, partitions_for
 
 
 def load_in_arrival_order(path: Path) -> list[dict[str, object]]:

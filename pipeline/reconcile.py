@@ -90,8 +90,7 @@ class Report:
         if self.examples:
             lines += ["", "  examples (status, partition, auction_id, join_id, copies):"]
             lines += [
-                f"    {e['status']:<10} {e['partition']!s:>3} {e['auction_id']} "
-                f"{e['join_id']} x{e['copies']}"
+                f"    {e['status']:<10} {e['partition']!s:>3} {e['auction_id']} {e['join_id']} x{e['copies']}"
                 for e in self.examples
             ]
         lines += self._render_misplaced()
@@ -117,9 +116,7 @@ class Report:
             for r in found.by_partition
         ]
         lines += ["  examples (topic, partition, belongs to, key):"]
-        lines += [
-            f"    {e['topic']} {e['partition']} {e['belongs_to']} {e['key']!r}" for e in found.examples
-        ]
+        lines += [f"    {e['topic']} {e['partition']} {e['belongs_to']} {e['key']!r}" for e in found.examples]
         return lines
 
 
@@ -127,13 +124,8 @@ def read_output_topic(spark: SparkSession, bootstrap: str, topic: str) -> tuple[
     """The stream's output records (and how many values were not readable JSON)."""
     from pyspark.sql import functions as F
 
-    raw = (
-        spark.read.format("tandem-topic").option("bootstrap", bootstrap).option("topic", topic)
-        .load()
-    )
-    parsed = raw.select(
-        "partition", F.from_json(F.col("value").cast("string"), OUTPUT_SCHEMA).alias("r")
-    )
+    raw = spark.read.format("tandem-topic").option("bootstrap", bootstrap).option("topic", topic).load()
+    parsed = raw.select("partition", F.from_json(F.col("value").cast("string"), OUTPUT_SCHEMA).alias("r"))
     readable = parsed.filter(F.col("r.join_id").isNotNull())
     unreadable = parsed.filter(F.col("r.join_id").isNull()).count()
     return readable.select("r.*", "partition"), unreadable
@@ -171,16 +163,21 @@ def compare(expected: DataFrame, actual: DataFrame, examples: int = 20) -> Repor
     )
     sums = [F.sum((F.col("status") == s).cast("int")).alias(s) for s in STATUSES[:4]]
     per_partition = (
-        joined.groupBy("partition").agg(*sums, F.sum("dups").alias("duplicates"))
-        .orderBy("partition").collect()
+        joined.groupBy("partition")
+        .agg(*sums, F.sum("dups").alias("duplicates"))
+        .orderBy("partition")
+        .collect()
     )
     by_partition = [{k: int(v or 0) for k, v in r.asDict().items()} for r in per_partition]
     totals = {s: sum(r[s] for r in by_partition) for s in STATUSES}
     odd = joined.filter((F.col("status") != "matched") | (F.col("dups") > 0))
     found = odd.orderBy("partition", "auction_id", "join_id").limit(examples).collect()
     shown = [
-        {**r.asDict(), "status": r["status"] if r["status"] != "matched" else "duplicate",
-         "copies": int(r["copies"] or 0)}
+        {
+            **r.asDict(),
+            "status": r["status"] if r["status"] != "matched" else "duplicate",
+            "copies": int(r["copies"] or 0),
+        }
         for r in found
     ]
     joined.unpersist()
@@ -196,8 +193,10 @@ def misplaced_inputs(
     topic = F.when(F.col("side") == "left", topics["left"]).otherwise(topics["right"])
     found = output.misplaced.withColumn("topic", topic)
     rows = (
-        found.groupBy("topic", "partition", "belongs_to").agg(F.count("*").alias("records"))
-        .orderBy("topic", "partition", "belongs_to").collect()
+        found.groupBy("topic", "partition", "belongs_to")
+        .agg(F.count("*").alias("records"))
+        .orderBy("topic", "partition", "belongs_to")
+        .collect()
     )
     by_partition = [r.asDict() for r in rows]
     by_topic = dict.fromkeys(topics.values(), 0)
@@ -229,10 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clicks-topic", default="clicks")
     add_window_arguments(parser)
     parser.add_argument("--examples", type=int, default=20, help="example keys shown")
-    parser.add_argument("--allow-duplicates", action="store_true",
-                        help="duplicates do not fail the run (at-least-once delivery)")
-    parser.add_argument("--allow-misplaced", action="store_true",
-                        help="input records on the wrong partition do not fail the run")
+    parser.add_argument(
+        "--allow-duplicates",
+        action="store_true",
+        help="duplicates do not fail the run (at-least-once delivery)",
+    )
+    parser.add_argument(
+        "--allow-misplaced",
+        action="store_true",
+        help="input records on the wrong partition do not fail the run",
+    )
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     return parser
 

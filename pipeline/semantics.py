@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pipeline.records import Rejected, validate
-from tables.partitioners import Partitioner, find_misplaced
+from tables.records.partitioners import Partitioner, find_misplaced
 
 JoinKind = Literal["inner", "left", "outer"]
 SIDE_OF_TOPIC = {"impressions": "left", "clicks": "right"}
@@ -142,7 +142,7 @@ def sequential_join(
     """Results of (partition, side, key, value) records given in arrival order.
 
     With `partitions` (both topics' partition count), misplaced records are skipped first,
-    by the check the stream runs (`tables.partitioners.find_misplaced`).
+    by the check the stream runs (`tables.records.partitioners.find_misplaced`).
     """
     tasks: dict[int, PartitionJoin] = {}
     out: list[dict[str, Any]] = []

@@ -5,13 +5,13 @@ clicks and their changelog co-partitioned, sometimes a stateless lone topic) on
 a random cluster (members, hosts, racks, standby replicas), followed by one churn
 event: members join, leave, restart with their state on disk, or are replaced.
 Every strategy answers the same scenario (docs/scenario-format.md); the
-assignor's own metrics (`assignor.metrics`, independent of the planner) score it:
+assignor's own metrics (`assignor.comparisons.metrics`, independent of the planner) score it:
 moves against the optimum, balance, warm promotions (moved tasks landing on a
 member holding their state), cold restores (state rebuilt from the changelog),
 co-partitioning and standby coverage.
 
 Strategies are pluggable: `tandem` (assignor.plan), the baselines of
-`assignor.baselines` when present (faust-full, faust-core, round-robin, range),
+`assignor.comparisons.baselines` when present (faust-full, faust-core, round-robin, range),
 or any `module:function` taking a scenario and returning an assignment.
 """
 
@@ -40,8 +40,7 @@ METRICS = [
 RESULT_SCHEMA = (
     "scenario long, strategy string, members int, partitions int, replicas int, "
     "members_per_host int, racks int, lone_topic boolean, event string, changed int, "
-    "optimum int, excess int, plan_ms double, error string, "
-    + ", ".join(f"{m} int" for m in METRICS)
+    "optimum int, excess int, plan_ms double, error string, " + ", ".join(f"{m} int" for m in METRICS)
 )
 
 
@@ -58,7 +57,7 @@ def available_strategies() -> dict[str, Strategy]:
     except ImportError:
         pass
     try:
-        from assignor.baselines import BASELINES
+        from assignor.comparisons.baselines import BASELINES
     except ImportError:
         BASELINES = {}  # noqa: N806 - mirrors the optional module's name
     found.update({name: strategy for name, strategy in BASELINES.items()})
@@ -187,7 +186,7 @@ def churn(spec: ChurnSpec, rng: np.random.Generator) -> Scenario:
 
 
 def run_scenario(seed: int, scenario: int, strategies: dict[str, Strategy]) -> list[dict[str, Any]]:
-    from assignor.metrics import measure, optimum_moves
+    from assignor.comparisons.metrics import measure, optimum_moves
 
     spec = ChurnSpec.draw(seed, scenario)
     problem = churn(spec, np.random.default_rng([seed, scenario, 1]))
@@ -233,20 +232,17 @@ def sweep_batches(
         yield frame
 
 
-def simulate(spark: Any, seed: int, scenarios: int, names: list[str], out: Path,
-             full_every: int = 10, slices: int = 64) -> Any:
+def simulate(
+    spark: Any, seed: int, scenarios: int, names: list[str], out: Path, full_every: int = 10, slices: int = 64
+) -> Any:
     """Run the sweep on Spark and write OUT/results (Parquet); returns the results frame."""
     ids = spark.range(0, scenarios, numPartitions=max(1, min(slices, scenarios)))
-    results = ids.mapInPandas(
-        lambda batches: sweep_batches(batches, seed, names, full_every), RESULT_SCHEMA
-    )
+    results = ids.mapInPandas(lambda batches: sweep_batches(batches, seed, names, full_every), RESULT_SCHEMA)
     results.write.mode("overwrite").parquet(str(out / "results"))
     return spark.read.parquet(str(out / "results"))
 
 
-def summarize(
-    results: Any, names: list[str]
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def summarize(results: Any, names: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Per strategy, per (strategy, event) and per (strategy, members): the aggregates.
 
     `excess` is moves minus the fewest moves of any balanced assignment, so an
@@ -299,8 +295,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body])
 
 
-def plot(by_event: pd.DataFrame, by_size: pd.DataFrame, by_strategy: pd.DataFrame,
-         path: Path) -> None:
+def plot(by_event: pd.DataFrame, by_size: pd.DataFrame, by_strategy: pd.DataFrame, path: Path) -> None:
     """Four panels: excess moves by event, by cluster size; restores; balance and optimality."""
     import matplotlib
 
@@ -365,14 +360,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sweep churn scenarios (cluster sizes, standbys, hosts and racks, joins, "
         "leaves, restarts) over assignment strategies in parallel on Spark.",
     )
-    parser.add_argument("--out", type=Path, required=True,
-                        help="directory for results/ (Parquet), summary.md, simulate.png")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="directory for results/ (Parquet), summary.md, simulate.png"
+    )
     parser.add_argument("--scenarios", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--strategies", default=None,
-                        help="comma-separated names or module:function (default: all available)")
-    parser.add_argument("--faust-full-every", type=int, default=10,
-                        help="run faust-full (~90 ms a call) on every n-th scenario (default 10)")
+    parser.add_argument(
+        "--strategies", default=None, help="comma-separated names or module:function (default: all available)"
+    )
+    parser.add_argument(
+        "--faust-full-every",
+        type=int,
+        default=10,
+        help="run faust-full (~90 ms a call) on every n-th scenario (default 10)",
+    )
     parser.add_argument("--slices", type=int, default=64, help="Spark tasks (default 64)")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     return parser
@@ -389,14 +390,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     spark = session(args.master, "tandem-simulate")
     with progress(spark, "simulate"):
-        results = simulate(spark, args.seed, args.scenarios, names, args.out,
-                           args.faust_full_every, args.slices)
+        results = simulate(
+            spark, args.seed, args.scenarios, names, args.out, args.faust_full_every, args.slices
+        )
         frames = summarize(results, names)
     command = "python -m pipeline simulate " + " ".join(argv or [])
     print(write_report(args.out, command, frames))
     (args.out / "summary.json").write_text(frames[0].to_json(orient="records", indent=2))
-    print(f"simulate: done in {time.monotonic() - began:.1f} s; see {args.out}/summary.md "
-          f"and {args.out}/simulate.png", flush=True)
+    print(
+        f"simulate: done in {time.monotonic() - began:.1f} s; see {args.out}/summary.md "
+        f"and {args.out}/simulate.png",
+        flush=True,
+    )
     return 0
 
 

@@ -52,11 +52,10 @@ except ImportError:  # Spark 4.0 and 4.1: latestOffset() has no arguments
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in: Spark < 4.2 never calls prepareForTriggerAvailableNow."""
 
+
 from pipeline.kafka import Span, offsets, read_span
 
-SCHEMA = (
-    "topic string, partition int, offset long, timestamp long, key binary, value binary, seq long"
-)
+SCHEMA = "topic string, partition int, offset long, timestamp long, key binary, value binary, seq long"
 ARROW_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),

@@ -1,33 +1,30 @@
-"""Tandem's joins for Faust apps: windowed stream-stream joins with RocksDB state.
+"""Tandem's joins for Faust apps: stream joins with RocksDB state that survive rebalances.
 
-    from tables import JoinResults, join
+    from tables import JoinResults, TandemAssignor, join
+
+    app = faust.App("paid", broker=..., PartitionAssignor=TandemAssignor)
 
     @join(app, orders, payments, within=timedelta(minutes=10), how="left")
     async def paid(results: JoinResults[int, Order, Payment]) -> None:
         async for key, order, payment, ts in results:
             ...
 
-Declaring a join is all an app does: the runtime (tables/runtime.py) declares the
-join's co-partition group to Tandem's assignor, checks partition counts at start-up,
-dead-letters bad records, aligns the inputs by event time, keeps the state in RocksDB
-with its changelog, restores and replicates it, and commits input offsets only once
-their results are handled and acknowledged. Semantics: docs/join-semantics.md.
+Declaring a join is all an app does: the runtime (tables/runtime/) declares the join's
+co-partition group to Tandem's assignor, checks partition counts at start-up, dead-letters
+bad records, aligns the inputs by event time, keeps the state in RocksDB with its
+changelog (tables/state/), restores and replicates it, and commits input offsets only once
+their results are handled and acknowledged. Semantics: docs/join-semantics.md. The layers,
+from the bottom: operators and records (pure), spec, kafka, state, runtime, web, api
+(docs/tables.md).
 """
 
-from tables.api import (
-    Duration,
-    How,
-    JoinDeclarationError,
-    JoinInput,
-    JoinResult,
-    JoinSpec,
-    Partitioner,
-    join,
-)
-from tables.codecs import MAX_TS_MS
-from tables.results import JoinBatch, JoinResults
+from assignor.faust_adapter import TandemAssignor
+from tables.api import join, runtime_of
+from tables.records.codecs import MAX_TS_MS
+from tables.runtime.results import JoinBatch, JoinResult, JoinResults
+from tables.runtime.startup import JoinStartupError
 from tables.settings import RuntimeSettings
-from tables.startup import JoinStartupError
+from tables.spec import Duration, How, JoinDeclarationError, JoinInput, JoinSpec, Partitioner
 
 __all__ = [
     "MAX_TS_MS",
@@ -42,5 +39,7 @@ __all__ = [
     "JoinStartupError",
     "Partitioner",
     "RuntimeSettings",
+    "TandemAssignor",
     "join",
+    "runtime_of",
 ]

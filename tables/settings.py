@@ -5,7 +5,7 @@
 | align_max_wait_ms | TANDEM_ALIGN_MAX_WAIT_MS | 2000: how long an input of unknown end holds the other |
 | align_max_held | TANDEM_ALIGN_MAX_HELD | 50000 records held per partition for event-time order, at most |
 | batch_max_records | TANDEM_BATCH_MAX_RECORDS | 10000 input records joined per batch, at most |
-| restore_stall_s | TANDEM_RESTORE_STALL_S | 120: a restore that makes no progress this long is retried |
+| restore_stall_s | TANDEM_RESTORE_STALL_S | 120: a stalled restore is retried, one failing this long stops |
 | sync_writes | TANDEM_SYNC_WRITES | false: fsync every state write (also survives a machine crash) |
 | data_dir | TANDEM_JOIN_DIR | `<Faust datadir>/tandem-joins` |
 | send_batch_bytes | TANDEM_SEND_BATCH_BYTES | 524288 bytes per record batch the join sends, at most |
@@ -17,7 +17,7 @@ held records, Faust's own): at Python's default threshold (700 allocations) ever
 collection walks them all, a fifth of the worker's CPU (docs/bench/worker.md). The
 worker raises the threshold when it starts (never lowers one the app set higher);
 0 leaves Python's settings alone. While a batch runs, the collection is deferred to its end,
-when the batch's own objects are freed (tables/gcpacing.py).
+when the batch's own objects are freed (tables/runtime/gcpacing.py).
 """
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 ENV_PREFIX = "TANDEM_"
 _ENV_NAMES = {"data_dir": "TANDEM_JOIN_DIR"}
+# Record batches of the join's own sends (results, dead letters, changelog): the producer's own
+# are `producer_max_batch_size` (16 KB by default), made for records trickling in under
+# linger_ms; the join hands over thousands at once, and 16 KB batches meant ~40 produce requests
+# per partition and batch, one after the other (docs/bench/worker.md). Within Kafka's default
+# 1 MB per batch (message.max.bytes).
+SEND_BATCH_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -44,14 +50,18 @@ class RuntimeSettings:
     data_dir: Path | None = None
     gc_threshold: int = 50_000
     gc_batch_threshold: int = 1_000_000  # 0 (collect mid-batch): ~10 % more CPU per record
-    send_batch_bytes: int = 512 * 1024  # 16 KB (the producer's own): ~15 % more CPU per record
+    send_batch_bytes: int = SEND_BATCH_BYTES  # 16 KB (the producer's own): ~15 % more CPU per record
 
     def __post_init__(self) -> None:
         for name in ("gc_threshold", "gc_batch_threshold"):
             if (value := getattr(self, name)) < 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must not be negative, not {value}")
         for name in (
-            "align_max_wait_ms", "align_max_held", "batch_max_records", "restore_stall_s", "send_batch_bytes"
+            "align_max_wait_ms",
+            "align_max_held",
+            "batch_max_records",
+            "restore_stall_s",
+            "send_batch_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be positive, not {getattr(self, name)}")

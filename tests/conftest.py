@@ -26,12 +26,14 @@ def unique() -> str:
 @pytest.fixture(scope="module", params=["compiled", "python"])
 def join_loop(request: pytest.FixtureRequest) -> Iterator[str]:
     """The module's tests once with each loop of WindowedJoin.process_many: compiled
-    (tables/_fastjoin.pyx) and pure Python (`pytestmark = pytest.mark.usefixtures("join_loop")`)."""
-    from tables import operator
+    (tables/operators/_fastjoin.pyx) and pure Python (`pytestmark = pytest.mark.usefixtures("join_loop")`)."""
+    from tables.operators import windowed as operator
 
-    if request.param == "compiled" and operator._built is None:
-        pytest.skip("tables._fastjoin is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1")
-    was = operator.COMPILED
-    operator.use_compiled(request.param == "compiled")
+    if request.param == "compiled" and operator.LOOP.built is None:
+        pytest.skip(
+            "tables.operators._fastjoin is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1"
+        )
+    was = operator.LOOP.active
+    operator.LOOP.use(request.param == "compiled")
     yield request.param
-    operator.use_compiled(was)
+    operator.LOOP.use(was)

@@ -19,7 +19,7 @@ from typing import Any
 
 import faust
 
-from assignor.faust_adapter import TandemAssignor, declare_join, install
+from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join, install
 from tables.testing import FAST_GROUP_SETTINGS
 
 

@@ -1,7 +1,7 @@
 """The aligner's `add`, `add_many` and `release` as they were before the sorted release
 (commit 75cbcb5): every released record popped off the heap one at a time, each counted in
 its input's `gone`. Kept as a reference: tests/test_tables_alignment.py drives it and
-tables.alignment.Aligner with the same steps and compares everything observable, and
+tables.records.alignment.Aligner with the same steps and compares everything observable, and
 benchmarks/bench_aligner.py measures one against the other. Not used by the framework.
 """
 
@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from tables.alignment import Aligner
+from tables.records.alignment import Aligner
 
 Item = TypeVar("Item")
 

@@ -14,10 +14,10 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from app.traffic import Traffic, run_traffic, send_all
-from tables.kv import MemoryKV
-from tables.operator import JoinType, JoinWindow, WindowedJoin
-from tables.partitioners import partitions_for
-from tables.producing import send_records
+from tables.kafka.batches import send_records
+from tables.operators.kv import MemoryKV
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
+from tables.records.partitioners import partitions_for
 
 WINDOW = JoinWindow(0, 600_000, 60_000)  # the reference app's (app/join.py)
 CHUNK = 20_000

@@ -1,7 +1,7 @@
 """The join operator as it was before its index moved to memory (commit c0fe567): the time
 index (`x` keys) and, with ids, the id index (`i` keys) lived in the state itself, and
 partners were read by a range scan of the state. Kept as a reference: tests drive it and
-tables.operator.WindowedJoin over the same records and compare every result, changelog
+tables.operators.windowed.WindowedJoin over the same records and compare every result, changelog
 record and stored record (tests/test_tables_index.py), and benchmarks/bench_operator.py
 measures one against the other. Not used by the framework.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from tables import keys
-from tables.keys import BYTE_SIDE, Side
-from tables.kv import KV
-from tables.operator import (
+from tables.operators import keys
+from tables.operators.keys import BYTE_SIDE, Side
+from tables.operators.kv import KV
+from tables.operators.windowed import (
     MATCHED_FLAG,
     UNMATCHED_FLAG,
     JoinType,
@@ -59,7 +59,7 @@ class StoredIndexJoin(WindowedJoin):
     """The join of one task (partition) over its state, its indexes stored in it.
 
     The per-record path (`process`) is written flat, with the key layout of
-    tables/keys.py inlined: it runs once per input record and its cost is the
+    tables/operators/keys.py inlined: it runs once per input record and its cost is the
     join's throughput (docs/bench/worker.md)."""
 
     def __init__(

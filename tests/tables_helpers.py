@@ -25,23 +25,26 @@ from rocksdict import AccessType, Options, Rdict
 
 from pipeline.records import Rejected, validate
 from pipeline.semantics import result as ad_result
-from tables.operator import JoinType, JoinWindow, Match
-from tables.state import JoinState
-from tables.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore
+from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedKind
+from tables.state.manager import JoinState
+from tables.state.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore
 from tables.testing import caught_up, read_records
 
 
 def compiled_at_import(module: str, pure_python: str) -> bool:
-    """`module.COMPILED` in a fresh interpreter with TANDEM_PURE_PYTHON=`pure_python` (the
+    """Whether the compiled part `module.PART` (a tables.compiled.CompiledPart, e.g.
+    "tables.operators.windowed.LOOP") runs, in a fresh interpreter with TANDEM_PURE_PYTHON=`pure_python` (the
     variable is read once, at import: only a new process shows its effect)."""
     repo = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": repo, "TANDEM_PURE_PYTHON": pure_python}
+    owner, _, part = module.rpartition(".")
     done = subprocess.run(
-        [sys.executable, "-c", f"import {module} as m; print(m.COMPILED)"],
+        [sys.executable, "-c", f"import {owner} as m; print(m.{part}.active)"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.stdout.strip() in ("True", "False"), done.stderr
     return done.stdout.strip() == "True"
+
 
 Record = tuple[str, dict[str, Any]]  # (side, value)
 
@@ -135,7 +138,7 @@ def _kill_self_at(point: str, wanted: str | None) -> None:
 async def run_worker(args: argparse.Namespace) -> None:
     window = JoinWindow(args.before, args.after, args.grace)
     state = JoinState(
-        args.bootstrap, args.changelog, args.data_dir, window=window, join_type=JoinType(args.join_type)
+        args.bootstrap, args.changelog, args.data_dir, kind=WindowedKind(window, JoinType(args.join_type))
     )
     partitions = set(range(args.partitions))
     moves = await state.assign(partitions, set())
@@ -216,7 +219,7 @@ def as_output(match: Match) -> dict[str, Any]:
 
 
 def _process(state: JoinState, partition: int, parts: list[Any], left_topic: str) -> list[Any]:
-    join = state.active(partition).join
+    join = state.active(partition).operator
     results: list[Any] = []
     for topic, records in parts:
         side = "left" if topic == left_topic else "right"

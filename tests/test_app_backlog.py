@@ -231,7 +231,7 @@ HELD_DROPPED = re.compile(r"tandem: join '[^']+': (\d+) held records left to be 
 
 
 def _dropped(worker: WorkerProcess) -> list[int]:
-    """Records held at each revocation or stop the worker logged (`JoinRunner.quiesce`):
+    """Records held at each revocation or stop the worker logged (`JoinTask.quiesce`):
     left unjoined and uncommitted, to be read again from the committed offsets."""
     text = worker.log_path.read_text(errors="replace")
     return [int(n) for n in HELD_DROPPED.findall(text)]
@@ -275,7 +275,7 @@ def test_rebalance_mid_backlog_loses_no_join_and_does_not_hang(
     """A second worker joins while the first is catching up on a backlog: the first has
     its partitions revoked with records held for event-time order. Before Faust commits for
     the revocation, the join runtime finishes the batch in flight and leaves its held
-    records unjoined and uncommitted (`JoinRunner.quiesce`), to be read again from the
+    records unjoined and uncommitted (`JoinTask.quiesce`), to be read again from the
     committed offsets; the rebalance must complete, the two workers must finish the
     backlog between them, and every click's join must be in the output (duplicates
     allowed: at-least-once). `late` is reported, not asserted: a click dropped as late

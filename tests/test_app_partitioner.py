@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 
 from app.cluster import WorkerProcess, covered
 from app.settings import create_topics, from_env
-from tables.partitioners import partition_for
+from tables.records.partitioners import partition_for
 from tables.testing import EmbeddedBroker, read_records, wait_for
 from tests.librdkafka_producer import produce_with_librdkafka
 from tests.workers import _read

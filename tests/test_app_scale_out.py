@@ -17,8 +17,8 @@ import pytest
 
 from app.cluster import WorkerProcess, covered, wait_for
 from app.traffic import Traffic
-from tables.producing import changelog_configs
-from tables.producing import create_topics as create_with_configs
+from tables.kafka.topics import changelog_configs
+from tables.kafka.topics import create_topics as create_with_configs
 from tables.testing import EmbeddedBroker
 from tests.scale_out import (
     Background,

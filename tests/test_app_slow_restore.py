@@ -14,10 +14,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from app.cluster import WorkerProcess
 from app.settings import create_topics, from_env
-from tables.kv import MemoryKV
-from tables.operator import JoinType, JoinWindow, WindowedJoin
-from tables.producing import changelog_configs, send_records
-from tables.producing import create_topics as create_with_configs
+from tables.kafka.batches import send_records
+from tables.kafka.topics import changelog_configs
+from tables.kafka.topics import create_topics as create_with_configs
+from tables.operators.kv import MemoryKV
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
 from tables.testing import EmbeddedBroker, wait_for
 from tests.workers import _read
 

@@ -33,8 +33,8 @@ from rocksdict import Options, Rdict
 
 from app.cluster import WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
-from tables.datadir import LOCK_FILE
-from tables.store import (
+from tables.state.datadir import LOCK_FILE
+from tables.state.store import (
     DAMAGED_DIR,
     FORMAT_FILE,
     FORMAT_KEY,
@@ -209,8 +209,10 @@ def ready(worker: WorkerProcess, timeout: float = 45) -> dict[str, Any]:
         worker.check()  # a worker that died fails here, with its log
         view = worker.join() or {}
         rebalance = view.get("last_rebalance") or {}
-        return view.get("actives") == list(range(PARTITIONS)) and not view["restoring"] and (
-            rebalance.get("seconds") is not None
+        return (
+            view.get("actives") == list(range(PARTITIONS))
+            and not view["restoring"]
+            and (rebalance.get("seconds") is not None)
         )
 
     assert wait_for(restored, timeout, 0.2), f"{worker.name} not ready in {timeout} s:\n{tail(worker)}"
@@ -360,9 +362,13 @@ def test_garbage_files_a_missing_current_and_unreadable_checkpoints(setup: Setup
     rebalance = view["last_rebalance"]
     # Partition 0's files are sound: restored from its RocksDB checkpoint, nothing set aside.
     assert rebalance["replayed_by_partition"]["0"] == 0, rebalance
-    assert [e for e in view["events"] if "damaged" in e] == [
-        e for e in view["events"] if e.startswith(f"state of {JOIN_NAME}[1] was damaged (bad_checkpoint)")
-    ] != [], view["events"]
+    assert (
+        [e for e in view["events"] if "damaged" in e]
+        == [
+            e for e in view["events"] if e.startswith(f"state of {JOIN_NAME}[1] was damaged (bad_checkpoint)")
+        ]
+        != []
+    ), view["events"]
     assert "no local checkpoint reported (tandem-checkpoint is damaged)" in log_of(worker)
     setup.send(setup.clicks(first, tag="s") + setup.clicks(second, tag="s"))
     expected |= joined(first, "s") | joined(second, "s")
@@ -544,7 +550,7 @@ def test_a_second_worker_on_the_same_data_dir_refuses_and_the_first_runs_on(setu
 
 def test_a_store_of_a_newer_format_is_refused_and_left_untouched(setup: Setup) -> None:
     """A rollback: partition 0's store written by the next state format (its key in RocksDB and
-    the format file next to it, as tables/store.py requires of a version that bumps the format).
+    the format file next to it, as tables/state/store.py requires of a version that bumps the format).
     The worker stops before it joins its group, naming the store; not a file of it changes."""
     worker = setup.worker()
     state = setup.state_dir(worker)

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from app.settings import from_env
 from app.traffic import Traffic
-from assignor import faust_internals
-from assignor.settings import TandemSettings
+from assignor.faust_adapter.group import delay_follower_sync
+from assignor.faust_adapter.settings import TandemSettings
 from pipeline.records import Rejected, validate
-from tables.codecs import Accepted
-from tables.view import render_html
+from tables.records.codecs import Accepted
+from tables.web.view import render_html
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,10 +51,10 @@ DAY = 24 * 3600 * 1000
 def _codecs() -> dict[str, object]:
     import app.join
     from app.settings import from_env
-    from tables.runtime import runtime_of
+    from tables import runtime_of
 
     built = app.join.build(from_env())
-    return runtime_of(built).runners["ad-join"].codecs  # type: ignore[return-value]
+    return runtime_of(built).tasks["ad-join"].intake.codecs  # type: ignore[return-value]
 
 
 CODECS = _codecs()
@@ -150,8 +150,8 @@ def test_follower_sync_waits_before_its_sync_group(monkeypatch: pytest.MonkeyPat
         return b"assignment"
 
     monkeypatch.setattr(CoordinatorGroupRebalance, "_on_join_follower", original)
-    faust_internals.delay_follower_sync(0.05)
-    faust_internals.delay_follower_sync(0.05)  # once per process: not wrapped twice
+    delay_follower_sync(0.05)
+    delay_follower_sync(0.05)  # once per process: not wrapped twice
     started = time.monotonic()
     result = asyncio.run(CoordinatorGroupRebalance._on_join_follower(object()))  # type: ignore[arg-type]
     assert result == b"assignment"

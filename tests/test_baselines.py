@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from assignor.baselines import faust_copartitioned, faust_full, range_assign, round_robin
-from assignor.metrics import measure
+from assignor.comparisons.baselines import faust_copartitioned, faust_full, range_assign, round_robin
+from assignor.comparisons.metrics import measure
 from benchmarks import bench_planner
 from benchmarks.scenarios import EVENTS, parse_size, steady
 

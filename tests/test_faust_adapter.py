@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import wire
-from assignor.faust_adapter import (
+from assignor.faust_adapter.consumer import TandemConsumer
+from assignor.faust_adapter.partition_assignor import (
     STOCK_KEY,
     RoutingUnavailable,
     TandemAssignor,
@@ -29,8 +30,8 @@ from assignor.faust_adapter import (
     install,
     tandem,
 )
-from assignor.faust_internals import TandemConsumer
-from assignor.faust_scenario import (
+from assignor.faust_adapter.settings import SettingsError, TandemSettings
+from assignor.group_scenario import (
     CopartitionError,
     Join,
     MemberInfo,
@@ -40,7 +41,6 @@ from assignor.faust_scenario import (
     kafka_partitions,
     verify_copartitioned,
 )
-from assignor.settings import SettingsError, TandemSettings
 
 IMP, CLK, CHANGELOG = "impressions", "clicks", "ads-joins-changelog"
 COUNTS = {IMP: 4, CLK: 4, "audit": 3}
@@ -146,12 +146,12 @@ def test_local_offsets_of_the_wrong_shape_are_refused_at_install() -> None:
 
 
 def test_the_routing_error_names_the_function_where_it_lives() -> None:
-    from assignor import faust_routing
-    from assignor.faust_routing import RoutingUnavailable
+    from assignor.faust_adapter import routing as faust_routing
+    from assignor.faust_adapter.routing import RoutingUnavailable
 
     app = make_app()
     assignor = install(app)
-    with pytest.raises(RoutingUnavailable, match="assignor.faust_routing.fetch_routing") as caught:
+    with pytest.raises(RoutingUnavailable, match="assignor.faust_adapter.routing.fetch_routing") as caught:
         assignor._owner_url(TP("elsewhere", 0))
     assert "fetch_routing" in dir(faust_routing) and "faust_adapter.fetch_routing" not in str(caught.value)
 
@@ -360,7 +360,7 @@ def test_global_tables_are_read_everywhere_and_tables_get_standbys() -> None:
 async def test_fetch_routing_from_the_leader_over_http() -> None:
     from aiohttp import web
 
-    from assignor.faust_routing import ROUTING_PATH, fetch_routing
+    from assignor.faust_adapter.routing import ROUTING_PATH, fetch_routing
 
     members = {m: tandem(make_app(port)) for m, port in (("m1", 7001), ("m2", 7002))}
     plan_round(members["m1"], members)
@@ -422,7 +422,7 @@ def test_the_collector_is_paused_while_the_leader_assigns(monkeypatch: Any) -> N
     """Decoding and encoding every member's data runs without cyclic collections."""
     import gc
 
-    from assignor import faust_adapter
+    from assignor.faust_adapter import partition_assignor as faust_adapter
 
     seen: list[bool] = []
     real = faust_adapter.wire.read_subscription
@@ -443,15 +443,14 @@ def test_the_collector_is_paused_while_the_leader_assigns(monkeypatch: Any) -> N
 def test_tandem_refuses_to_start_on_internals_it_was_not_written_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """Patches of private Faust/aiokafka internals are pinned: another version, or an internal
     that is gone, stops Tandem at install with what is wrong, not later mid-rebalance."""
-    from assignor import faust_internals
+    from assignor.faust_adapter.consumer import FaustConsumer
+    from assignor.faust_adapter.internals import PINNED, IncompatibleInternals, check
 
-    faust_internals.check()  # the pinned versions are what is installed
-    monkeypatch.setitem(faust_internals.PINNED, "aiokafka", "0.13.0")
-    with pytest.raises(
-        faust_internals.IncompatibleInternals, match=r"aiokafka 0\.14\.0 is installed.*0\.13\.0"
-    ):
+    check()  # the pinned versions are what is installed
+    monkeypatch.setitem(PINNED, "aiokafka", "0.13.0")
+    with pytest.raises(IncompatibleInternals, match=r"aiokafka 0\.14\.0 is installed.*0\.13\.0"):
         install(make_app())
-    monkeypatch.setitem(faust_internals.PINNED, "aiokafka", "0.14.0")
-    monkeypatch.delattr(faust_internals.FaustConsumer, "_new_offset")
-    with pytest.raises(faust_internals.IncompatibleInternals, match="Consumer._new_offset is missing"):
-        faust_internals.check()
+    monkeypatch.setitem(PINNED, "aiokafka", "0.14.0")
+    monkeypatch.delattr(FaustConsumer, "_new_offset")
+    with pytest.raises(IncompatibleInternals, match="Consumer._new_offset is missing"):
+        check()

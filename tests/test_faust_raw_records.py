@@ -12,9 +12,9 @@ import pytest
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.consumer.fetcher import PartitionRecords
 
-from assignor import faust_internals
-from assignor.faust_internals import RawRecords, install_raw_records, raw_record_problems
-from tables.producing import create_topics
+from assignor.faust_adapter.consumer import RawRecords, install_raw_records, raw_record_problems
+from assignor.faust_adapter.internals import IncompatibleInternals, check
+from tables.kafka.topics import create_topics
 from tables.testing import read_records
 
 STAMP_MS = 1_700_000_000_000
@@ -65,8 +65,8 @@ def test_the_startup_check_refuses_a_fetcher_raw_records_were_not_written_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert raw_record_problems() == []
-    faust_internals.check()
+    check()
     monkeypatch.setattr(PartitionRecords, "_unpack_records", _unpack_building_records_itself)
     assert raw_record_problems() == ["PartitionRecords: raw records differ from the records fetched"]
-    with pytest.raises(faust_internals.IncompatibleInternals, match="raw records differ"):
-        faust_internals.check()
+    with pytest.raises(IncompatibleInternals, match="raw records differ"):
+        check()

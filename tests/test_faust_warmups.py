@@ -16,10 +16,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
-from assignor import faust_internals, wire
-from assignor.faust_adapter import TandemAssignor, declare_join
-from assignor.faust_scenario import Join, MemberInfo, Warmups, build_scenario
-from assignor.settings import SettingsError, TandemSettings
+from assignor import wire
+from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join
+from assignor.faust_adapter.probes import end_offsets
+from assignor.faust_adapter.settings import SettingsError, TandemSettings
+from assignor.group_scenario import Join, MemberInfo, Warmups, build_scenario
 from assignor.wire import Assignment, RebalanceStats, Subscription
 from tables.testing import EmbeddedBroker, create_topics
 
@@ -151,8 +152,7 @@ def test_caught_up_warmup_moves_the_task() -> None:
 
 def test_warmups_off_plans_as_before() -> None:
     members = {
-        m: MemberInfo(frozenset(JOIN), wire.decode_subscription(md.user_data))
-        for m, md in _group().items()
+        m: MemberInfo(frozenset(JOIN), wire.decode_subscription(md.user_data)) for m, md in _group().items()
     }
     counts = dict.fromkeys(JOIN, N)
     off = build_scenario(members, counts, [JOIN], {"cl"}, 1, [Join(("impressions", "clicks"), "cl")], 100)
@@ -218,7 +218,7 @@ def test_end_offsets_from_fetch_responses_are_exact(broker: EmbeddedBroker, uniq
             await producer.flush()
         finally:
             await producer.stop()
-        return await faust_internals.end_offsets([broker.bootstrap], {topic, f"{unique}-none"}, True, 10.0)
+        return await end_offsets([broker.bootstrap], {topic, f"{unique}-none"}, True, 10.0)
 
     assert asyncio.run(run()) == {topic: sent}
 

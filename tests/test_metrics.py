@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from assignor.metrics import groups, measure, optimum_moves, previous_owners
+from assignor.comparisons.metrics import groups, measure, optimum_moves, previous_owners
 
 
 def member(topics: list[str], **fields: Any) -> dict[str, Any]:

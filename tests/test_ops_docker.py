@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tables.metrics import METRICS, exported_names
+from tables.web.metrics import METRICS, exported_names
 from tests.ops_checks import (
     DOCKER,
     PROMETHEUS_CONFIG,

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from app.cluster import WorkerProcess, wait_for
-from tables.metrics import METRICS
 from tables.testing import EmbeddedBroker
+from tables.web.metrics import METRICS
 from tests.ops_checks import (
     CHROMIUM,
     REPO,

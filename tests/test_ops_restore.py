@@ -15,11 +15,12 @@ from aiokafka import AIOKafkaProducer
 
 from app.cluster import WorkerProcess
 from app.settings import create_topics, from_env
-from tables.kv import MemoryKV
-from tables.operator import JoinType, JoinWindow, WindowedJoin
-from tables.producing import changelog_configs, send_records
-from tables.producing import create_topics as create_with_configs
-from tables.recovery import RestoreProgress
+from tables.kafka.batches import send_records
+from tables.kafka.topics import changelog_configs
+from tables.kafka.topics import create_topics as create_with_configs
+from tables.operators.kv import MemoryKV
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
+from tables.state.recovery import RestoreProgress
 from tables.testing import EmbeddedBroker, wait_for
 from tests.ops_checks import exposition
 
@@ -105,7 +106,7 @@ def _restore_to_go(worker: WorkerProcess) -> list[float]:
 
 
 def test_the_progress_line_says_done_to_go_rate_and_eta() -> None:
-    """The line the restore logs every few seconds (tables/recovery.py)."""
+    """The line the restore logs every few seconds (tables/state/recovery.py)."""
     started = time.monotonic() - 10.0
     progress = RestoreProgress(0, started=started, restored=40_000, position=40_000, end=100_000)
     line = progress.describe()

@@ -11,10 +11,10 @@ import pytest
 from faust.sensors.prometheus import setup_prometheus_sensors
 from prometheus_client import REGISTRY, generate_latest
 
-from assignor.faust_adapter import TandemAssignor
+from assignor.faust_adapter.partition_assignor import TandemAssignor
 from assignor.whatif import Change, WhatIfError, predict, render
 from tables import join
-from tables.metrics import METRICS, METRICS_PATH, LatencyBuckets
+from tables.web.metrics import METRICS, METRICS_PATH, LatencyBuckets
 from tests.ops_checks import REPO, exposition
 
 

@@ -1,4 +1,4 @@
-"""tables.partitioners against the clients' own reference vectors and a second implementation.
+"""tables.records.partitioners against the clients' own reference vectors and a second implementation.
 
 Oracles: Kafka's `UtilsTest.testMurmur2` (Java), librdkafka's `unittest_murmur2`
 (src/rdmurmur2.c) and its partitioner test 0048 (CRC32 values and the partition of each
@@ -16,7 +16,7 @@ from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tables.partitioners import (
+from tables.records.partitioners import (
     PARTITIONERS,
     Misplaced,
     Partitioner,

@@ -1,4 +1,4 @@
-"""Where real clients put the same keys on the embedded broker, against tables.partitioners.
+"""Where real clients put the same keys on the embedded broker, against tables.records.partitioners.
 
 Three producers send the same keys to a 4-partition topic: confluent-kafka (librdkafka
 2.16) with its default `consistent_random`, the same with `murmur2_random`, and aiokafka's
@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from pipeline.kafka import Span, offsets, read_span
-from tables.partitioners import Partitioner, find_misplaced, partition_for
+from tables.records.partitioners import Partitioner, find_misplaced, partition_for
 from tables.testing import EmbeddedBroker, create_topics
 from tests.librdkafka_producer import LibrdkafkaPartitioner, produce_with_librdkafka
 

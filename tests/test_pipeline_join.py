@@ -1,5 +1,5 @@
 """The reference join: hand-made cases with known answers, and record-for-record agreement
-with the stream operator (tables.operator.WindowedJoin) and the record-by-record statement
+with the stream operator (tables.operators.windowed.WindowedJoin) and the record-by-record statement
 (pipeline.semantics) on generated traffic, from Parquet and from topics."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pipeline.join import INPUT_COLUMNS, load_parquet, load_topics, reference_jo
 from pipeline.produce import produce
 from pipeline.records import Rejected, validate
 from pipeline.semantics import SIDE_OF_TOPIC, JoinParams, sequential_join
-from tables.kv import MemoryKV
-from tables.operator import JoinType, JoinWindow, WindowedJoin
-from tables.partitioners import partition_for, partitions_for
+from tables.operators.kv import MemoryKV
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
+from tables.records.partitioners import partition_for, partitions_for
 from tables.testing import EmbeddedBroker
 from tests.spark_fixtures import busy_traffic, spark_session
 from tests.tables_helpers import as_event, as_output

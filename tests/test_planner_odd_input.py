@@ -39,7 +39,7 @@ def _reversed(value: Any) -> Any:
 
 
 def test_one_partition_spelled_two_ways_resolves_alike_in_either_order() -> None:
-    """"05" and "5" used to both mean partition 5, and the last one in the JSON won."""
+    """ "05" and "5" used to both mean partition 5, and the last one in the JSON won."""
     fresh, stale = {"5": 90_000, "05": 3}, {"05": 3, "5": 90_000}
     members = {
         "owner": {"epoch": 3, "previous_active": {t: [0, 1, 2, 3, 4, 5] for t in JOIN}},

@@ -19,7 +19,7 @@ import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from assignor import wire
-from assignor.faust_adapter import TandemAssignor, declare_join
+from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join
 from assignor.wire import Subscription
 
 JOIN = ["impressions", "clicks", "cl"]

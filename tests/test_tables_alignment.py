@@ -1,4 +1,4 @@
-"""Event-time alignment of the join's two inputs (tables/alignment.py), without Kafka."""
+"""Event-time alignment of the join's two inputs (tables/records/alignment.py), without Kafka."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tables import alignment
-from tables.alignment import Aligner
+from tables.records import alignment
+from tables.records.alignment import Aligner
 from tests.heap_aligner import HeapAligner
 
 IMP, CLK = "impressions", "clicks"
@@ -267,7 +267,7 @@ _steps = st.lists(st.sampled_from(_KINDS).flatmap(_STEPS.__getitem__), min_size=
 _CAPS = st.sampled_from([0, 1, 3, 6, 10, 50_000, 50_000])  # max_held: the cap forces records out, or not
 
 
-# Thresholds of tables/alignment.py: defaults, and extremes that force each way (rebuild
+# Thresholds of tables/records/alignment.py: defaults, and extremes that force each way (rebuild
 # the held offsets at once or late; merge batches by a sort or push them; release by a
 # sort or by pops).
 _TUNINGS = st.fixed_dictionaries({

@@ -1,4 +1,4 @@
-"""The aligner's incremental bookkeeping (tables/alignment.py: `add_many`, the first held
+"""The aligner's incremental bookkeeping (tables/records/alignment.py: `add_many`, the first held
 offset per topic, the fast path of `release`) against the straightforward aligner it
 replaced, kept here as the reference: the same random deliveries must give the same
 releases in the same order, the same `forced` count and the same first held offsets."""
@@ -14,8 +14,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tables import alignment
-from tables.alignment import Aligner
+from tables.records import alignment
+from tables.records.alignment import Aligner
 
 IMP, CLK = "impressions", "clicks"
 TOPICS = (IMP, CLK)

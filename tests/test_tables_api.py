@@ -9,10 +9,9 @@ from typing import Any
 import faust
 import pytest
 
-from assignor.faust_adapter import TandemAssignor, tandem
-from tables import JoinDeclarationError, JoinInput, JoinResults, join
-from tables.operator import JoinType, JoinWindow
-from tables.runtime import runtime_of
+from assignor.faust_adapter.partition_assignor import TandemAssignor, tandem
+from tables import JoinDeclarationError, JoinInput, JoinResults, join, runtime_of
+from tables.operators.windowed import JoinType, JoinWindow
 
 
 def new_app(**conf: Any) -> faust.App:
@@ -37,8 +36,8 @@ def test_a_join_declares_its_topics_window_and_co_partition_group() -> None:
             pass
 
     assert paid_orders.name == "paid-orders"
-    assert paid_orders.window == JoinWindow(before=600_000, after=600_000, grace=60_000)
-    assert paid_orders.join_type is JoinType.LEFT
+    assert paid_orders.kind.window == JoinWindow(before=600_000, after=600_000, grace=60_000)
+    assert paid_orders.kind.join_type is JoinType.LEFT
     assert paid_orders.changelog_topic == f"{app.conf.id}-paid-orders-changelog"
     assert paid_orders.dead_letter_topic == f"{app.conf.id}-paid-orders-dead-letters"
     (declared,) = tandem(app).joins
@@ -50,7 +49,7 @@ def test_a_join_declares_its_topics_window_and_co_partition_group() -> None:
 def test_before_and_after_are_relative_to_the_left_record() -> None:
     app = new_app()
     spec = join(app, app.topic("a"), app.topic("b"), before=0, after=timedelta(seconds=5), name="x")(handler)
-    assert spec.window == JoinWindow(before=0, after=5000, grace=0)
+    assert spec.kind.window == JoinWindow(before=0, after=5000, grace=0)
 
 
 @pytest.mark.parametrize(

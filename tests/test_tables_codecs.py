@@ -1,4 +1,4 @@
-"""What a join does with one input record before joining it (tables/codecs.py), per form."""
+"""What a join does with one input record before joining it (tables/records/codecs.py), per form."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tables.codecs import (
+from tables.records.codecs import (
     DROPPED,
     MAX_TS_MS,
     Accepted,

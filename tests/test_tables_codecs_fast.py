@@ -1,9 +1,9 @@
 """`SideCodec.accept`, the per-record fast path of the join runtime, against `SideCodec.check`
-(tables/codecs.py): on the same random records and join options both decide alike (the same
+(tables/records/codecs.py): on the same random records and join options both decide alike (the same
 rejection with the same reason, the same timestamp, id and built value), and call the join's
 `validate` the same number of times; and the results handed to the handler, built in one
 loop, against one match at a time. `accept` and `value` are the compiled ones where
-tables._fastcheck is built and covers the options (tests/test_tables_fastcheck.py drives
+tables.records._fastcheck is built and covers the options (tests/test_tables_fastcheck.py drives
 both against the Python accept)."""
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tables.api import JoinResult
-from tables.codecs import MAX_TS_MS, Accepted, SideCodec, key_check, value_form
-from tables.operator import Match
-from tables.results import Feed, JoinResults
+from tables.operators.windowed import Match
+from tables.records.codecs import MAX_TS_MS, Accepted, SideCodec, key_check, value_form
+from tables.runtime.results import Feed, JoinResult, JoinResults
 
 app = faust.App("codecs-fast-test", broker="kafka://127.0.0.1:1")
 

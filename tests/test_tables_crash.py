@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from tables.keys import meta_key
-from tables.kv import MemoryKV
-from tables.operator import JoinType, JoinWindow, WindowedJoin
-from tables.state import JoinState
+from tables.operators.keys import meta_key
+from tables.operators.kv import MemoryKV
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
+from tables.state.manager import JoinState
 from tables.testing import EmbeddedBroker, create_topics
 from tests.tables_helpers import (
     ad_data,
@@ -57,7 +57,7 @@ def expected_run(impressions: list[Any], clicks: list[Any]) -> tuple[dict[str, A
 
 async def restore_all(bootstrap: str, changelog: str, data_dir: Path) -> None:
     state = JoinState(
-        bootstrap, changelog, data_dir, window=JoinWindow(0, AFTER, GRACE), join_type=JoinType.OUTER
+        bootstrap, changelog, data_dir, kind=WindowedKind(JoinWindow(0, AFTER, GRACE), JoinType.OUTER)
     )
     try:
         moves = await state.assign(set(range(PARTITIONS)), set())

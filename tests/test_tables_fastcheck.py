@@ -1,4 +1,4 @@
-"""The compiled per-input-record check (tables/_fastcheck.pyx) against the Python accept it
+"""The compiled per-input-record check (tables/records/_fastcheck.pyx) against the Python accept it
 hands odd records to (`SideCodec._accept`, the reference) and against `SideCodec.check`, on
 random records and join options: the same decision (the same rejection and reason, or the
 same exception), the same timestamp and id, the same built record (its type and its
@@ -21,12 +21,13 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tables import codecs
-from tables.codecs import DROPPED, MAX_TS_MS, Accepted, SideCodec, key_check, value_form
+from tables.records import codecs
+from tables.records.codecs import DROPPED, MAX_TS_MS, Accepted, SideCodec, key_check, value_form
 from tests.tables_helpers import compiled_at_import
 
 fastcheck = pytest.importorskip(
-    "tables._fastcheck", reason="tables._fastcheck is not built (python setup.py build_ext --inplace)"
+    "tables.records._fastcheck",
+    reason="tables.records._fastcheck is not built (python setup.py build_ext --inplace)",
 )
 
 app = faust.App("fastcheck-test", broker="kafka://127.0.0.1:1")
@@ -239,15 +240,13 @@ def make_codec(model: typing.Any, key_type: typing.Any, options: dict[str, typin
 @pytest.fixture(scope="module", autouse=True)
 def compiled_check() -> Iterator[None]:
     """The compiled check whatever TANDEM_PURE_PYTHON says: the one under test here."""
-    was = codecs._fast, codecs._built, codecs.COMPILED
-    codecs._fast = codecs._built = fastcheck
-    codecs.COMPILED = True
+    was = codecs.CHECK.fast, codecs.CHECK.bound, codecs.CHECK.built
+    codecs.CHECK.fast = codecs.CHECK.bound = codecs.CHECK.built = fastcheck
     yield
-    codecs._fast, codecs._built, codecs.COMPILED = was
+    codecs.CHECK.fast, codecs.CHECK.bound, codecs.CHECK.built = was
 
 
 @settings(max_examples=1500, deadline=None)
-
 def codecs_for(
     names: tuple[str, ...],
     model: typing.Any,
@@ -273,6 +272,7 @@ def codecs_for(
         for name in names
     }
     return calls, made
+
 
 @given(
     st.sampled_from(sorted(MODELS)),
@@ -486,17 +486,17 @@ def test_raw_and_str_values_take_the_python_check() -> None:
 def test_the_check_is_chosen_once_at_import_and_switched_for_new_codecs() -> None:
     """Compiled unless TANDEM_PURE_PYTHON=1 (read once, at import); `use_compiled` chooses for
     the codecs made after it."""
-    assert not compiled_at_import("tables.codecs", "1")
-    assert compiled_at_import("tables.codecs", "0")
-    was = codecs.COMPILED
+    assert not compiled_at_import("tables.records.codecs.CHECK", "1")
+    assert compiled_at_import("tables.records.codecs.CHECK", "0")
+    was = codecs.CHECK.active
     try:
-        codecs.use_compiled(False)
-        assert not codecs.COMPILED
+        codecs.CHECK.use(False)
+        assert not codecs.CHECK.active
         assert not make_codec(Event, str, {}).compiled
         assert type(value_form(Event, "json", None).stored) is types.FunctionType  # the Python one
-        codecs.use_compiled(True)
-        assert codecs.COMPILED
+        codecs.CHECK.use(True)
+        assert codecs.CHECK.active
         assert make_codec(Event, str, {}).compiled
         assert type(value_form(Event, "json", None).stored) is not types.FunctionType
     finally:
-        codecs.use_compiled(was)
+        codecs.CHECK.use(was)

@@ -1,4 +1,4 @@
-"""The compiled per-record loop of the join (tables/_fastjoin.pyx) against the Python loop it
+"""The compiled per-record loop of the join (tables/operators/_fastjoin.pyx) against the Python loop it
 mirrors (`WindowedJoin._process_many_python`), side by side over the same random streams, on
 real RocksDB files and on the other kinds of state: after every batch the matches (order,
 types), the changelog, counters, stream time, the whole index and what the state holds must
@@ -18,16 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tables import keys
-from tables import operator as operator_module
-from tables.keys import Side
-from tables.kv import KV, MemoryKV, Overlay
-from tables.operator import JoinType, JoinWindow, Match, WindowedJoin
-from tables.store import PartitionStore, open_store
+from tables.operators import keys
+from tables.operators import windowed as operator_module
+from tables.operators.keys import Side
+from tables.operators.kv import KV, MemoryKV, Overlay
+from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedJoin
+from tables.state.store import PartitionStore, open_store
 from tests.tables_helpers import compiled_at_import
 
 fastjoin = pytest.importorskip(
-    "tables._fastjoin", reason="tables._fastjoin is not built (python setup.py build_ext --inplace)"
+    "tables.operators._fastjoin",
+    reason="tables.operators._fastjoin is not built (python setup.py build_ext --inplace)",
 )
 # The compiled loop whatever TANDEM_PURE_PYTHON says: the one under test here.
 compiled: Callable[[WindowedJoin, Any], list[Match]] = fastjoin.bind(Match, operator_module._unmatched)
@@ -36,7 +37,7 @@ python: Callable[[WindowedJoin, Any], list[Match]] = WindowedJoin._process_many_
 Event = tuple[Side, Any, int, bytes, Any]  # side, key, ts, id, value
 Kind = Literal["partition", "overlay", "memory"]
 Step = Literal["go on", "made again", "restored", "lose a record"]
-# Past the compiled loop's range (tables/_fastjoin.pyx, LIMIT): such events take the Python loop.
+# Past the compiled loop's range (tables/operators/_fastjoin.pyx, LIMIT): such events take the Python loop.
 FAR = (1 << 61) + 3
 
 
@@ -306,11 +307,11 @@ def outcome(twin: Twin, batch: list[Any]) -> tuple[Any, ...]:
 def test_process_many_selects_the_loop() -> None:
     """Compiled unless TANDEM_PURE_PYTHON=1 (read once, at import) or switched off; a subclass
     always runs the Python loop (the compiled one inlines the hooks it may override)."""
-    assert not compiled_at_import("tables.operator", "1")
-    assert compiled_at_import("tables.operator", "0")
-    if operator_module._built is None:
+    assert not compiled_at_import("tables.operators.windowed.LOOP", "1")
+    assert compiled_at_import("tables.operators.windowed.LOOP", "0")
+    if operator_module.LOOP.built is None:
         pytest.skip("TANDEM_PURE_PYTHON=1 in this process")
-    was = operator_module.COMPILED
+    was = operator_module.LOOP.active
     calls: list[str] = []
 
     class Counting(WindowedJoin):
@@ -319,13 +320,13 @@ def test_process_many_selects_the_loop() -> None:
             return super()._expire(emit)
 
     try:
-        operator_module.use_compiled(True)
-        assert operator_module.COMPILED
+        operator_module.LOOP.use(True)
+        assert operator_module.LOOP.active
         Counting(MemoryKV(), JoinWindow(0, 1, 0), JoinType.LEFT).process_many(
             [("left", b"k", 1, b"1", b"v"), ("left", b"k", 10, b"2", b"v")]
         )
         assert calls == ["expire"]
-        operator_module.use_compiled(False)
-        assert not operator_module.COMPILED
+        operator_module.LOOP.use(False)
+        assert not operator_module.LOOP.active
     finally:
-        operator_module.use_compiled(was)
+        operator_module.LOOP.use(was)

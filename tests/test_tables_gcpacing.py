@@ -1,4 +1,4 @@
-"""A join batch defers the garbage collection to its end (tables/gcpacing.py): observed
+"""A join batch defers the garbage collection to its end (tables/runtime/gcpacing.py): observed
 through the collector's own callbacks, on real cyclic garbage."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tables.gcpacing import collection_deferred
+from tables.runtime.gcpacing import collection_deferred
 from tables.settings import RuntimeSettings
 
 

@@ -1,5 +1,5 @@
 """A Faust table updated in a join's handler (the reference app's click-throughs): its
-changelog is produced with the batch's output (faust_internals.collect_handler_sends), and
+changelog is produced with the batch's output (collect_handler_sends), and
 must be what Faust's own sends would have made of it. One real worker on the embedded
 broker, its changelog read back, its table's RocksDB files read after it stopped."""
 

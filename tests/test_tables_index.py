@@ -1,7 +1,7 @@
-"""The join with its index in memory (tables/index.py), a batch at a time, against the join as
-it was with its index stored in RocksDB (tests/stored_index_join.py), both over real RocksDB stores: same
-matches, counters, changelog and stored records after every batch, after a restart (the
-index loaded again from the files) and after a restore from the changelog. And a store of
+"""The join with its index in memory (tables/operators/window_index.py), a batch at a time, against
+the join as it was with its index stored in RocksDB (tests/stored_index_join.py), both over real
+RocksDB stores: same matches, counters, changelog and stored records after every batch, after a
+restart (the index loaded again from the files) and after a restore from the changelog. And a store of
 the old format, opened by this code, drops the old index and carries on alike."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocksdict import Rdict
 
-from tables import keys
-from tables import store as store_module
-from tables.keys import Side
-from tables.kv import Overlay
-from tables.operator import JoinType, JoinWindow, Match
-from tables.partition import StatePartition
-from tables.store import FORMAT_KEY, open_store
+from tables.operators import keys
+from tables.operators.keys import Side
+from tables.operators.kv import Overlay
+from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedKind
+from tables.state import store as store_module
+from tables.state.partition import StatePartition
+from tables.state.store import FORMAT_KEY, open_store
 from tests.stored_index_join import StoredIndexJoin
 
 # Every test here with each loop of the operator (tests/conftest.py).
@@ -37,7 +37,7 @@ class StoredIndexPartition(StatePartition):
 
     def reset(self) -> None:
         self.overlay = Overlay(self.store, unscanned=(b"i", keys.META))
-        self.join = StoredIndexJoin(self.overlay, self.window, self.join_type, self.ids)  # type: ignore[assignment]
+        self.operator = StoredIndexJoin(self.overlay, self.kind.window, self.kind.join_type, self.ids)  # type: ignore[assignment]
 
 
 @st.composite
@@ -72,12 +72,12 @@ def restored(
     cls: type[StatePartition], path: Path, like: StatePartition, changelog: list[tuple[bytes, bytes]]
 ) -> StatePartition:
     """A partition restored from its changelog into a new store, as recovery.py does."""
-    partition = cls(open_store(path), like.window, like.join_type, "active", like.ids)
+    partition = cls(open_store(path), like.kind, "active", like.ids)
     for applied, (key, value) in enumerate(changelog, 1):
-        partition.join.restore(key, value)
+        partition.operator.restore(key, value)
         if applied % 7 == 0:
             partition.write(applied)
-    partition.join.finish_restore()
+    partition.operator.finish_restore()
     partition.write(len(changelog))
     return partition
 
@@ -86,7 +86,7 @@ def reopened(partition: StatePartition) -> StatePartition:
     """The same files opened again, as a restarted worker does."""
     partition.store.close()
     store = open_store(partition.store.path)
-    return type(partition)(store, partition.window, partition.join_type, "active", partition.ids)
+    return type(partition)(store, partition.kind, "active", partition.ids)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -95,20 +95,25 @@ def test_the_join_does_what_it_did_with_its_index_in_rocksdb(run: Run) -> None:
     join_type, window, ids, batches, restart_after, restore_after = run
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        new = StatePartition(open_store(root / "new"), window, join_type, "active", ids)
-        old: StatePartition = StoredIndexPartition(open_store(root / "old"), window, join_type, "active", ids)
+        new = StatePartition(open_store(root / "new"), WindowedKind(window, join_type), "active", ids)
+        old: StatePartition = StoredIndexPartition(
+            open_store(root / "old"), WindowedKind(window, join_type), "active", ids
+        )
         changelog: list[tuple[bytes, bytes]] = []
         try:
             for number, batch in enumerate(batches):
                 # A batch in one call, as the runtime joins them; the old one record by record.
-                got: list[Match] = new.join.process_many(batch)
-                assert got == [m for event in batch for m in old.join.process(*event)], batch
-                changes = new.join.take_changes()
-                assert changes == old.join.take_changes()
+                got: list[Match] = new.operator.process_many(batch)
+                assert got == [m for event in batch for m in old.operator.process(*event)], batch
+                changes = new.operator.take_changes()
+                assert changes == old.operator.take_changes()
                 changelog += changes
                 new.write(number)
                 old.write(number)
-                assert (new.join.late, new.join.duplicates) == (old.join.late, old.join.duplicates)
+                assert (new.operator.late, new.operator.duplicates) == (
+                    old.operator.late,
+                    old.operator.duplicates,
+                )
                 assert records(new) == records(old)
                 if number == restart_after:
                     new, old = reopened(new), reopened(old)
@@ -134,14 +139,14 @@ def test_a_store_of_format_1_is_migrated_and_the_join_carries_on(run: Run) -> No
     with tempfile.TemporaryDirectory() as tmp:
         old_path, twin_path = Path(tmp) / "old", Path(tmp) / "twin"
         for path in (old_path, twin_path):
-            old = StoredIndexPartition(open_store(path), window, join_type, "active", ids)
+            old = StoredIndexPartition(open_store(path), WindowedKind(window, join_type), "active", ids)
             for event in first:
-                old.join.process(*event)
-            old.join.take_changes()
+                old.operator.process(*event)
+            old.operator.take_changes()
             old.write(0)
             old.store.write({FORMAT_KEY: store_module._FORMAT.pack(1)}, None)
             old.store.close()
-        migrated = StatePartition(open_store(old_path), window, join_type, "active", ids)
+        migrated = StatePartition(open_store(old_path), WindowedKind(window, join_type), "active", ids)
         try:
             assert migrated.store.damage is None
             assert migrated.store.get(FORMAT_KEY) == store_module._FORMAT.pack(store_module.FORMAT_VERSION)
@@ -151,8 +156,8 @@ def test_a_store_of_format_1_is_migrated_and_the_join_carries_on(run: Run) -> No
             try:
                 assert records(migrated) == records(reference)
                 for event in rest:
-                    assert migrated.join.process(*event) == reference.join.process(*event), event
-                assert migrated.join.take_changes() == reference.join.take_changes()
+                    assert migrated.operator.process(*event) == reference.operator.process(*event), event
+                assert migrated.operator.take_changes() == reference.operator.take_changes()
             finally:
                 reference.store.close()
         finally:
@@ -165,4 +170,4 @@ def _old_store(path: Path, window: JoinWindow, join_type: JoinType, ids: bool) -
     db = Rdict(str(path), store_module._options())
     db.put(FORMAT_KEY, store_module._FORMAT.pack(store_module.FORMAT_VERSION))
     db.close()
-    return StoredIndexPartition(open_store(path), window, join_type, "active", ids)
+    return StoredIndexPartition(open_store(path), WindowedKind(window, join_type), "active", ids)

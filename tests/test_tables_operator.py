@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tables.keys import Side
-from tables.kv import MemoryKV, Overlay
-from tables.operator import JoinType, JoinWindow, Match, WindowedJoin
-from tables.store import PartitionStore
+from tables.operators.keys import Side
+from tables.operators.kv import MemoryKV, Overlay
+from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedJoin
+from tables.state.store import PartitionStore
 
 # Every test here with each loop of the operator (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("join_loop")
@@ -407,7 +407,7 @@ def test_an_operator_made_again_over_its_state_carries_on(
     case: tuple[JoinType, JoinWindow, list[Any]], ids: bool, cuts: set[int]
 ) -> None:
     """A new operator over the state (a restart, a reset) indexes the stored records again
-    (tables/index.py): made again before any record, it gives the output of one that never
+    (tables/operators/window_index.py): made again before any record, it gives the output of one that never
     stopped, with or without ids."""
     join_type, window, events = case
     state = MemoryKV()
@@ -428,7 +428,7 @@ def test_an_operator_made_again_over_its_state_carries_on(
 def test_sorted_keys_in_small_chunks(keys_: list[bytes], probe: bytes) -> None:
     from bisect import bisect_left, bisect_right
 
-    from tables.kv import SortedKeys
+    from tables.operators.kv import SortedKeys
 
     saved, SortedKeys.CHUNK = SortedKeys.CHUNK, 2
     try:
@@ -450,7 +450,7 @@ def test_overlay_in_small_chunks_behaves_like_memory(
     case: tuple[JoinType, JoinWindow, list[Any]], commit_every: int
 ) -> None:
     """The overlay's pending keys split into many chunks; committed every few records."""
-    from tables.kv import SortedKeys
+    from tables.operators.kv import SortedKeys
 
     join_type, window, events = case
     expected = run(WindowedJoin(MemoryKV(), window, join_type), events)
@@ -472,7 +472,7 @@ def test_overlay_in_small_chunks_behaves_like_memory(
 
 
 def test_counters_follow_restore() -> None:
-    from tables import keys
+    from tables.operators import keys
 
     join = WindowedJoin(MemoryKV(), W, LEFT)
     join.process(*imp("i1", 1000))

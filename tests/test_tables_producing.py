@@ -15,9 +15,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from assignor import faust_internals
-from assignor.faust_internals import batch_problems, fill_batch
-from tables.producing import create_topics, send_records, start_sending
+from assignor.faust_adapter.internals import check
+from tables.kafka.batches import batch_problems, create_batch, fill_batch, send_records, start_sending
+from tables.kafka.topics import create_topics
+from tables.settings import SEND_BATCH_BYTES
 
 BATCH_SIZE = 16384  # aiokafka's default max_batch_size
 STAMP_MS = 1_700_000_000_000
@@ -140,7 +141,7 @@ class _HeadersAdded(BatchBuilder):
 
 def test_the_startup_check_refuses_a_batch_builder_fill_batch_was_not_written_for() -> None:
     assert batch_problems() == []
-    faust_internals.check()  # the pinned versions: starts
+    check()  # the pinned versions: starts
     assert batch_problems(_RenamedOffset) == ["_RenamedOffset._relative_offset is missing"]
     differs = "_HeadersAdded: fill_batch builds other bytes than _HeadersAdded.append"
     assert batch_problems(_HeadersAdded) == [differs]
@@ -199,15 +200,15 @@ def test_start_sending_delivers_every_record_in_order_with_its_headers(broker: A
 @pytest.mark.parametrize("compression", [None, "gzip"])
 def test_the_join_s_batches_are_the_producer_s_but_larger(compression: str | None) -> None:
     """create_batch: the bytes producer.create_batch() would build (its codec), in batches of
-    up to JOIN_BATCH_BYTES instead of the producer's 16 KB."""
+    up to SEND_BATCH_BYTES instead of the producer's 16 KB."""
 
     async def build() -> tuple[bytes, bytes, int]:
         producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", compression_type=compression)
-        theirs, ours, records = producer.create_batch(), faust_internals.create_batch(producer), _pairs(40)
+        theirs, ours, records = producer.create_batch(), create_batch(producer), _pairs(40)
         for batch in (theirs, ours):
             assert fill_batch(batch, records, timestamp_ms=1_700_000_000_000) == 40
-        many = [(b"k" * 40, b"v" * 140)] * (faust_internals.JOIN_BATCH_BYTES // 200)  # ~200 bytes each
-        fitted = fill_batch(faust_internals.create_batch(producer), many)
+        many = [(b"k" * 40, b"v" * 140)] * (SEND_BATCH_BYTES // 200)  # ~200 bytes each
+        fitted = fill_batch(create_batch(producer), many)
         return bytes(theirs._builder.build()), bytes(ours._builder.build()), fitted - len(many)
 
     theirs, ours, left_out = asyncio.run(build())

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tables.gcpacing import raise_gc_threshold
+from tables.runtime.gcpacing import raise_gc_threshold
 from tables.settings import RuntimeSettings
 
 

@@ -6,7 +6,7 @@ from faust.types import TP
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tables.runtime import merge_fetches, split_fetch
+from tables.runtime.task import merge_fetches, split_fetch
 
 TPS = [TP("left", 0), TP("right", 0), TP("left", 1), TP("right", 1)]
 

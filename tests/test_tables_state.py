@@ -1,4 +1,5 @@
-"""Restore, rebalances and standbys of a join's state (tables/state.py) on the real embedded broker."""
+"""Restore, rebalances and standbys of a join's state (tables/state/manager.py) on the real embedded
+broker."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tables.operator import JoinType, JoinWindow, Match
-from tables.producing import changelog_configs, create_topics
-from tables.state import JoinState
+from tables.kafka.topics import changelog_configs, create_topics
+from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedKind
+from tables.state.manager import JoinState
 from tables.testing import EmbeddedBroker
 from tests.tables_helpers import comparable, dump
 
@@ -28,7 +29,7 @@ class Worker:
         self, broker: EmbeddedBroker, topic: str, data_dir: Path, window: JoinWindow = WINDOW
     ) -> None:
         self.state = JoinState(
-            broker.bootstrap, topic, data_dir, window=window, join_type=JoinType.LEFT, table="joins"
+            broker.bootstrap, topic, data_dir, kind=WindowedKind(window, JoinType.LEFT), table="joins"
         )
         self.producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
         self.replayed: dict[int, int] = {}
@@ -47,7 +48,7 @@ class Worker:
         self.replayed = {p: self.state.recovery.progress[p].restored for p in moves.to_restore}
 
     def process(self, partition: int, *event: Any) -> list[Match]:
-        return self.state.active(partition).join.process(*event)
+        return self.state.active(partition).operator.process(*event)
 
     async def commit(self, partition: int) -> int | None:
         return await self.state.commit(partition, self.producer)
@@ -154,7 +155,7 @@ async def test_standby_tails_and_is_promoted_without_replay(
     assert standby.replayed == {0: 0}
     (result,) = standby.process(0, "right", b"open", 1_000_300, b"k-open", b"k-open")
     assert (result.left, result.right) == (b"i-open", b"k-open")
-    join = standby.state.active(0).join
+    join = standby.state.active(0).operator
     assert join.stream_time == 1_000_300 and join.duplicates == 1  # counters travel with the state
     await standby.commit(0)
     await active.close()
@@ -203,7 +204,7 @@ async def test_files_ahead_of_their_changelog_are_rebuilt(
 
     reader = await Worker(broker, new, tmp_path).start()  # same files, other (empty) changelog
     await reader.assign({0})
-    assert reader.state.active(0).join.stream_time is None
+    assert reader.state.active(0).operator.stream_time is None
     assert reader.state.local_offsets() == {}
     assert "discarding the local state" in reader.state.recovery.events[-1]
     await reader.close()

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from tables import store as store_module
-from tables.datadir import LOCK_FILE, DataDirError, DataDirLocked, check_data_dir, lock_data_dir
-from tables.store import (
+from tables.state import store as store_module
+from tables.state.datadir import LOCK_FILE, DataDirError, DataDirLocked, check_data_dir, lock_data_dir
+from tables.state.store import (
     CHECKPOINT_KEY,
     DAMAGED_DIR,
     FORMAT_FILE,
@@ -186,22 +186,31 @@ def damage_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "tables.store" and r.levelno == logging.WARNING and "is damaged" in r.getMessage()
+        if r.name == "tables.state.store" and r.levelno == logging.WARNING and "is damaged" in r.getMessage()
     ]
 
 
 # -- 1. damaged stores are moved aside and replaced by an empty one ---------------------
 
 DAMAGES: list[tuple[str, Callable[[Path], object], str]] = [
-    ("truncate every file to a third", lambda d: [truncate(f) for f in d.iterdir() if f.name != "LOCK"],
-     "rocksdb_corruption"),
+    (
+        "truncate every file to a third",
+        lambda d: [truncate(f) for f in d.iterdir() if f.name != "LOCK"],
+        "rocksdb_corruption",
+    ),
     ("truncate CURRENT", lambda d: truncate(d / "CURRENT"), "rocksdb_corruption"),
     ("garbage CURRENT", lambda d: garbage(d / "CURRENT"), "rocksdb_corruption"),
-    ("CURRENT names a missing MANIFEST", lambda d: (d / "CURRENT").write_text("MANIFEST-999999\n"),
-     "rocksdb_open_failed"),
+    (
+        "CURRENT names a missing MANIFEST",
+        lambda d: (d / "CURRENT").write_text("MANIFEST-999999\n"),
+        "rocksdb_open_failed",
+    ),
     ("CURRENT deleted", lambda d: (d / "CURRENT").unlink(), "missing_current"),
-    ("CURRENT is a directory", lambda d: ((d / "CURRENT").unlink(), (d / "CURRENT").mkdir()),
-     "rocksdb_open_failed"),
+    (
+        "CURRENT is a directory",
+        lambda d: ((d / "CURRENT").unlink(), (d / "CURRENT").mkdir()),
+        "rocksdb_open_failed",
+    ),
     ("truncate MANIFEST", lambda d: [truncate(f) for f in only(d, "MANIFEST-*")], "rocksdb_corruption"),
     ("truncate MANIFEST of one session", truncated_manifest_of_one_session, "lost_data"),
     ("garbage MANIFEST", lambda d: [garbage(f) for f in only(d, "MANIFEST-*")], "rocksdb_corruption"),
@@ -227,7 +236,7 @@ def test_damaged_store_is_moved_aside_and_replaced(
     damage(path)
     before = damage_counts().get(reason, 0)
 
-    with caplog.at_level(logging.WARNING, logger="tables.store"):
+    with caplog.at_level(logging.WARNING, logger="tables.state.store"):
         store = open_store(path)
 
     assert store.damage is not None and store.damage.reason == reason, store.damage
@@ -252,6 +261,7 @@ def test_the_constructor_refuses_a_damaged_store_and_moves_nothing(tmp_path: Pat
     path = tmp_path / "joins" / "0"
     fill_store(path)
     truncate(path / "CURRENT")
+
     def data_files() -> dict[str, bytes]:  # RocksDB's own info LOG is rolled at every open
         return {f.name: f.read_bytes() for f in path.iterdir() if not f.name.startswith("LOG")}
 
@@ -295,7 +305,7 @@ def test_a_healthy_store_reopens_untouched_after_its_process_was_killed(tmp_path
     path = tmp_path / "joins" / "0"
     done = child(f"""
         import os
-        from tables.store import PartitionStore
+        from tables.state.store import PartitionStore
         store = PartitionStore({str(path)!r})
         for batch in range(5):
             store.write({{b"r%d-%04d" % (batch, n): b"v" for n in range(1000)}}, batch)
@@ -442,16 +452,23 @@ def test_a_format_1_store_is_migrated_in_place(tmp_path: Path) -> None:
 def test_safe_checkpoint_reads_a_store_open_in_another_process(tmp_path: Path) -> None:
     path = tmp_path / "joins" / "0"
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys
-            from tables.store import PartitionStore
+            from tables.state.store import PartitionStore
             store = PartitionStore({str(path)!r})
             store.write({{b"r0-0000": b"v"}}, 12)
             print("written", flush=True)
             sys.stdin.read()
-        """)],
-        cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "written\n"
@@ -481,15 +498,15 @@ def test_safe_checkpoint_is_none_for_an_unreadable_store_and_logs_once(
     fill_store(path)
     assert safe_checkpoint(path) == BATCHES - 1
     damage(path)
-    with caplog.at_level(logging.WARNING, logger="tables.store"):
+    with caplog.at_level(logging.WARNING, logger="tables.state.store"):
         assert safe_checkpoint(path) is None
         assert safe_checkpoint(path) is None
-    messages = [r.getMessage() for r in caplog.records if r.name == "tables.store"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "tables.state.store"]
     assert len(messages) == 1 and str(path) in messages[0]
 
 
 def test_safe_checkpoint_of_nothing_is_none_quietly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="tables.store"):
+    with caplog.at_level(logging.DEBUG, logger="tables.state.store"):
         assert safe_checkpoint(tmp_path / "joins" / "0") is None
         store = PartitionStore(tmp_path / "joins" / "1")  # open, nothing written yet
         assert safe_checkpoint(tmp_path / "joins" / "1") is None
@@ -501,10 +518,13 @@ def test_safe_checkpoint_of_a_store_this_user_cannot_read(public_tmp: Path) -> N
     path = public_tmp / "joins" / "0"
     fill_store(path)
     path.chmod(0o700)
-    done = child(f"""
-        from tables.store import safe_checkpoint
+    done = child(
+        f"""
+        from tables.state.store import safe_checkpoint
         print(safe_checkpoint({str(path)!r}))
-    """, user=NOBODY)
+    """,
+        user=NOBODY,
+    )
     assert done.returncode == 0 and done.stdout == "None\n", done.stderr
     assert "Permission denied" in done.stderr  # the one log line
 
@@ -522,15 +542,22 @@ def test_local_checkpoints_skip_damaged_partitions(tmp_path: Path) -> None:
 
 def test_a_second_process_cannot_take_the_data_dir(tmp_path: Path) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys
-            from tables.datadir import lock_data_dir
+            from tables.state.datadir import lock_data_dir
             lock = lock_data_dir({str(tmp_path)!r})
             print("locked", flush=True)
             sys.stdin.read()
-        """)],
-        cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
@@ -552,15 +579,22 @@ def test_a_store_open_in_another_process_is_refused_not_moved(tmp_path: Path) ->
     path = tmp_path / "joins" / "0"
     fill_store(path)
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys
-            from tables.store import PartitionStore
+            from tables.state.store import PartitionStore
             store = PartitionStore({str(path)!r})
             print("open", flush=True)
             sys.stdin.read()
-        """)],
-        cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "open\n"
@@ -600,13 +634,16 @@ def test_a_data_dir_this_user_cannot_write(public_tmp: Path) -> None:
     """Run as nobody: a root-owned data dir (0755) can be listed but not written."""
     data = public_tmp / "data"
     data.mkdir()
-    done = child(f"""
-        from tables.datadir import DataDirError, check_data_dir
+    done = child(
+        f"""
+        from tables.state.datadir import DataDirError, check_data_dir
         try:
             check_data_dir({str(data)!r})
         except DataDirError as error:
             print(error)
-    """, user=NOBODY)
+    """,
+        user=NOBODY,
+    )
     assert done.returncode == 0, done.stderr
     assert str(data) in done.stdout and "Permission denied" in done.stdout and "EACCES" in done.stdout
 
@@ -617,13 +654,16 @@ def test_a_partition_directory_this_user_cannot_write(public_tmp: Path) -> None:
     fill_store(data / "joins" / "3", batches=1)
     os.chown(data, NOBODY, NOBODY)
     os.chown(data / "joins", NOBODY, NOBODY)
-    done = child(f"""
-        from tables.datadir import DataDirError, check_data_dir
+    done = child(
+        f"""
+        from tables.state.datadir import DataDirError, check_data_dir
         try:
             check_data_dir({str(data)!r})
         except DataDirError as error:
             print(error)
-    """, user=NOBODY)
+    """,
+        user=NOBODY,
+    )
     assert done.returncode == 0, done.stderr
     assert str(data / "joins" / "3") in done.stdout and "not readable and writable" in done.stdout
 
@@ -679,7 +719,7 @@ def test_write_past_file_size_limit_fails_clearly_and_loses_nothing(tmp_path: Pa
     path = tmp_path / "joins" / "0"
     done = child(f"""
         import os, resource, signal
-        from tables.store import PartitionStore, StoreWriteError
+        from tables.state.store import PartitionStore, StoreWriteError
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         store = PartitionStore({str(path)!r})
         for batch in range(3):
@@ -713,7 +753,7 @@ def test_a_truncated_manifest_after_a_kill_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "joins" / "0"
     done = child(f"""
         import os
-        from tables.store import PartitionStore
+        from tables.state.store import PartitionStore
         store = PartitionStore({str(path)!r})
         for batch in range(3):
             store.write({{b"r%d-%04d" % (batch, n): b"v" for n in range(1000)}}, batch)

@@ -13,7 +13,7 @@ import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from assignor import plan, wire
-from assignor.faust_adapter import TandemAssignor, declare_join, tandem
+from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join, tandem
 
 MIB = 1024 * 1024
 WORKERS, PARTITIONS = 1000, 10_000

@@ -151,9 +151,7 @@ def _densest_level(
         around = _neighbours(chosen, classes)
         ratio = Fraction(sum(sizes[g] for g in chosen)) / sum(weight[k] for k in around)
         closure = _max_closure(groups, classes, sizes, weight, ratio)
-        gain = sum(sizes[g] for g in closure) - ratio * sum(
-            weight[k] for k in _neighbours(closure, classes)
-        )
+        gain = sum(sizes[g] for g in closure) - ratio * sum(weight[k] for k in _neighbours(closure, classes))
         if gain <= 0:
             return ratio, closure, _neighbours(closure, classes)
         chosen = closure

@@ -225,4 +225,3 @@ def _budget(moves: list[PendingMove], budget: int) -> list[PendingMove]:
     ranked = sorted(moves, key=lambda m: (m.lag is None, m.lag or 0, m.task))
     chosen = {m.task for m in ranked[: min(budget, len(moves))]}
     return [PendingMove(m.task, m.holder, m.target, m.lag, m.task in chosen) for m in moves]
-

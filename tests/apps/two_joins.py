@@ -9,7 +9,7 @@ import os
 
 import faust
 
-from assignor.faust_adapter import TandemAssignor
+from assignor.faust_adapter.partition_assignor import TandemAssignor
 from tables import JoinResults, join
 
 PREFIX = os.environ.get("TWO_JOINS_PREFIX", "")

@@ -1,0 +1,112 @@
+"""What the worker loop asks of a join, whatever its kind: the `Operator` of one partition
+over its state, and the `JoinKind` that makes it from a declaration.
+
+A join kind is a new operator and a declaration, never a change to the worker loop
+(docs/tables.md, "Join kinds"). Operators are pure: they read and write an ordered
+key-value state (tables/operators/kv.py) and return matches; they never decode keys or
+values (bytes in, bytes out), and never do I/O. The runtime feeds each partition's records
+in event-time order across both inputs (tables/records/alignment.py), hands the matches to
+the handler, and writes `take_changes()` to the changelog before the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, NamedTuple, Protocol
+
+from tables.operators.kv import KV
+
+Side = Literal["left", "right"]  # the two inputs, in declaration order
+# One input record as the operator takes it: side, join key, event time (ms), id, value.
+Event = tuple[Side, bytes, int, bytes, bytes]
+
+
+class Match(NamedTuple):
+    """One result: the join key and both sides' serialized values (None: no partner)."""
+
+    key: bytes
+    left: bytes | None
+    right: bytes | None
+    timestamp: int  # the result's event time (ms)
+
+
+class Operator(Protocol):
+    """The join of one partition over its state.
+
+    `stream_time` is the largest event time seen on the partition (None: nothing yet); it
+    only moves forward, and decides what is late and what falls due."""
+
+    stream_time: int | None
+
+    def process_many(self, events: Iterable[Event]) -> list[Match]:
+        """Join each event in turn, in the order given: the matches it makes and whatever
+        falls due as stream time moves (e.g. unmatched records past their window)."""
+        ...
+
+    def advance(self, stream_time: int) -> list[Match]:
+        """Stream time moves to at least `stream_time` without a record (the end of a
+        bounded input, a test driver's clock): what falls due by then."""
+        ...
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        """The changelog records of what changed since the last call (None: a delete)."""
+        ...
+
+    def restore(self, key: bytes, value: bytes | None) -> None:
+        """Apply one changelog record, emitting nothing."""
+        ...
+
+    def finish_restore(self) -> None:
+        """The changelog has been applied up to its end: tidy up, silently."""
+        ...
+
+    def counters(self) -> Mapping[str, int]:
+        """Records dropped by the operator, by reason ("late", "duplicates", ...), kept
+        with the state: the view and metrics show them."""
+        ...
+
+
+class JoinKind(Protocol):
+    """What a declared join computes: its operator, and what the runtime and the topics
+    need to know of it."""
+
+    @property
+    def name(self) -> str:
+        """The kind's name: "windowed", "temporal"."""
+        ...
+
+    @property
+    def how(self) -> str:
+        """The declared `how`: "inner", "left", ..."""
+        ...
+
+    @property
+    def unscanned(self) -> tuple[bytes, ...]:
+        """State key prefixes the operator reads by key only, never by range (its batch
+        overlay need not index them)."""
+        ...
+
+    def operator(self, state: KV, ids: bool) -> Operator:
+        """The operator of one partition over `state` (`ids`: records carry declared ids)."""
+        ...
+
+    def emits_unmatched(self) -> bool:
+        """Whether a result may lack a partner (left, right, outer)."""
+        ...
+
+    def retention_ms(self) -> int | None:
+        """How long the changelog must keep a record (None: compaction only, forever)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The kind's parameters for the view, metrics and tools (JSON)."""
+        ...
+
+
+def counters_of(operators: Iterable[Operator]) -> dict[str, int]:
+    """Counters summed over operators (the partitions of one join on a worker)."""
+    total: dict[str, int] = {}
+    for operator in operators:
+        for name, value in operator.counters().items():
+            total[name] = total.get(name, 0) + value
+    return total

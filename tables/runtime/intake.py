@@ -1,0 +1,287 @@
+"""A join's input on this worker, from fetched records to the events its operators take
+(Kafka Streams' PartitionGroup, with the record checks in front).
+
+Per input partition it checks each fetched record (partitioner, then its side's codec: bad
+ones become dead letters, null values are counted), holds the good ones in the aligner
+(tables/records/alignment.py) and releases each partition's records in event-time order
+across the join's inputs. It pauses an input the aligner holds too much of (left out of
+fetches) and keeps what was already fetched of it aside, unchecked, until it is resumed.
+It knows, per input partition, the next offset to read and the offset Faust may commit:
+never past a record still held.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from faust.types import TP, AppT
+
+from assignor.faust_adapter.consumer import InputRecord, committed_offsets
+from tables.operators.base import Event, Side
+from tables.records.alignment import Aligner
+from tables.records.codecs import DROPPED, Rejected, SideCodec, key_check, value_form
+from tables.records.partitioners import find_misplaced, misplaced_reason
+from tables.runtime.stats import JoinStats
+from tables.settings import RuntimeSettings
+from tables.spec import JoinInput, JoinSpec
+
+log = logging.getLogger(__name__)
+
+MISPLACED_WARN_EVERY_S = 60.0  # a warning per input at most this often
+
+# A record the join cannot use: topic, partition, offset, key, value, why.
+Letter = tuple[str, int, int, bytes | None, bytes | None, Rejected]
+Fetch = dict[TP, list[InputRecord]]
+
+
+class Intake:
+    """The input side of one join on this worker."""
+
+    def __init__(self, spec: JoinSpec, settings: RuntimeSettings, stats: JoinStats) -> None:
+        self.spec = spec
+        self.app: AppT = spec.app
+        self.settings = settings
+        self.stats = stats
+        self.sides: dict[str, Side] = {spec.left.name: "left", spec.right.name: "right"}
+        self.codecs: dict[Side, SideCodec] = {
+            "left": side_codec(spec, spec.left),
+            "right": side_codec(spec, spec.right),
+        }
+        self.aligner: Aligner[Event] = Aligner(
+            list(spec.input_topics),
+            max_wait_s=settings.align_max_wait_ms / 1000,
+            max_held=settings.align_max_held,
+        )
+        self.partitions: int | None = None  # the inputs' partition count (start-up check)
+        self.ahead: set[TP] = set()  # inputs read far ahead of their partner (Aligner.ahead)
+        # Records of those inputs fetched before the pause took effect, kept out of the
+        # aligner (in offset order) until their input is resumed: the pause is exact.
+        self.deferred: Fetch = {}
+        self.read_next: dict[TP, int] = {}  # after the last record taken into a batch
+        self.commit_at: dict[TP, int] = {}  # what Faust may commit
+        # Values built on arrival (checked and validated) in this batch, by the id of their
+        # bytes, with the bytes kept alive: a result takes one instead of building it again.
+        self.built: dict[int, tuple[bytes, Any]] = {}
+        self._misplaced_warned: dict[str, float] = {}  # topic -> when its last warning was logged
+
+    # -- a batch's records ------------------------------------------------------------
+
+    def take(self, fetches: list[Fetch], ready: set[int], letters: list[Letter]) -> list[Fetch]:
+        """The deferred records now resumed, then `fetches`, in that order, as the batch
+        sees them: records of partitions not ready are left out (read again once they are),
+        and records of paused inputs are deferred."""
+        taken: list[Fetch] = []
+        resumed = self._resume_deferred()
+        for fetch in [resumed, *fetches]:
+            kept: Fetch = {}
+            for tp, records in fetch.items():
+                if tp.partition not in ready or not records:
+                    continue
+                if fetch is not resumed and (tp in self.ahead or tp in self.deferred):
+                    self.deferred.setdefault(tp, []).extend(records)  # after those deferred before
+                    continue
+                kept[tp] = records
+            taken.append(kept)
+        return taken
+
+    def check(self, tp: TP, records: list[InputRecord], letters: list[Letter]) -> None:
+        """Check a partition's fetched records (in offset order): the good ones are held by
+        the aligner, the bad ones added to `letters`, null values counted."""
+        side = self.sides[tp.topic]
+        partition, topic = tp.partition, tp.topic
+        self.stats.read[side] += len(records)
+        last_read = records[-1].offset
+        misplaced = self._misplaced(tp, records)
+        if misplaced:
+            records = self._letter_misplaced(tp, records, misplaced, letters)
+            if not records:  # every record dead-lettered: all of them are done
+                self.read_next[tp] = last_read + 1
+                return
+        accept = self.codecs[side].accept
+        offsets: list[int] = []
+        stamps: list[int] = []
+        items: list[Event] = []
+        built = self.built
+        nulls = 0
+        for record in records:
+            key, value, offset = record.key, record.value, record.offset
+            checked = accept(key, value, offset, record.timestamp)
+            if type(checked) is tuple:
+                ts = checked[0]
+                offsets.append(offset)
+                stamps.append(ts)
+                items.append((side, key, ts, checked[1], value))
+                if checked[2] is not None:
+                    built[id(value)] = (value, checked[2])
+            elif checked is DROPPED:
+                nulls += 1
+            else:
+                letters.append((topic, partition, offset, key, value, checked))
+        # The others (dead letters, null values) count as read too, up to the last (a fetch of a
+        # partition is in offset order).
+        self.aligner.add_many(partition, topic, offsets, stamps, items, last_read)
+        if nulls:
+            self.stats.null_values[side] += nulls
+        self.read_next[tp] = records[-1].offset + 1
+
+    def release(self, partition: int) -> list[Event]:
+        """Held records of the partition now due, given how far each input has been read."""
+        consumer = self.app.consumer
+        committed = committed_offsets(self.app)
+        ends: dict[str, int | None] = {}
+        starts: dict[str, int | None] = {}
+        for topic in self.spec.input_topics:
+            tp = TP(topic, partition)
+            try:
+                ends[topic] = consumer.highwater(tp)  # None until a fetch has seen it
+            except Exception:
+                ends[topic] = None
+            starts[topic] = committed.get(tp)
+        return self.aligner.release(partition, ends, starts)
+
+    def batch_done(self, partitions: Iterable[int]) -> None:
+        """After a batch is committed: move what Faust may commit, and pause or resume inputs."""
+        self._move_commit_offsets(partitions)
+        self.note_ahead()
+        self.built = {}
+
+    # -- the partitioner check -----------------------------------------------------------
+
+    def _misplaced(self, tp: TP, records: list[InputRecord]) -> dict[int, int]:
+        """Index -> the partition its key belongs to, for records on the wrong partition: they
+        could never meet their partner (a producer with another partitioner)."""
+        partitioner, count = self.spec.partitioner, self.partitions
+        if partitioner == "none" or not count:
+            return {}
+        keys = [r.key for r in records]
+        return {m.index: m.expected for m in find_misplaced(keys, tp.partition, count, partitioner)}
+
+    def _letter_misplaced(
+        self, tp: TP, records: list[InputRecord], misplaced: dict[int, int], letters: list[Letter]
+    ) -> list[InputRecord]:
+        """Dead-letter the misplaced records (checked first, as the batch twin does); the rest."""
+        partitioner = self.spec.partitioner
+        for index, expected in misplaced.items():
+            record = records[index]
+            reason = misplaced_reason(tp.partition, expected, partitioner)  # type: ignore[arg-type]
+            letters.append((tp.topic, tp.partition, record.offset, record.key, record.value,
+                            Rejected(reason, "wrong_partition")))  # fmt: skip
+            self.aligner.skip(tp.partition, tp.topic, record.offset)
+        now = time.monotonic()
+        if now - self._misplaced_warned.get(tp.topic, -MISPLACED_WARN_EVERY_S) >= MISPLACED_WARN_EVERY_S:
+            self._misplaced_warned[tp.topic] = now
+            example = next(iter(misplaced))
+            log.warning(
+                "tandem: join %r: %s record(s) of %s read from partition %s belong to another partition "
+                "under %s (e.g. offset %s belongs to %s): dead-lettered; check the producer's partitioner",
+                self.spec.name, len(misplaced), tp.topic, tp.partition, partitioner,
+                records[example].offset, misplaced[example],
+            )  # fmt: skip
+        return [r for i, r in enumerate(records) if i not in misplaced]
+
+    # -- pausing inputs read far ahead --------------------------------------------------------
+
+    def _resume_deferred(self) -> Fetch:
+        """Deferred records of inputs no longer paused, oldest first, to be taken before anything
+        fetched after them: per partition up to what fills half the aligner's cap (at least a
+        batch, so that an input holding the release back always moves on); the rest stays
+        deferred (hours of backlog can be in flight: all of it at once would hit the cap)."""
+        resumed: Fetch = {}
+        room: dict[int, int] = {}
+        half, batch = self.aligner.max_held // 2, self.settings.batch_max_records
+        for tp in [tp for tp in self.deferred if tp not in self.ahead]:
+            if tp.partition not in room:
+                room[tp.partition] = max(half - self.aligner.held(tp.partition), batch)
+            take, records = room[tp.partition], self.deferred[tp]
+            if take <= 0:
+                continue
+            if take >= len(records):
+                resumed[tp] = self.deferred.pop(tp)
+            else:
+                resumed[tp], self.deferred[tp] = records[:take], records[take:]
+            room[tp.partition] -= len(resumed[tp])
+        return resumed
+
+    def note_ahead(self) -> None:
+        """Stop fetching the inputs the aligner holds too much of, until their partner catches
+        up: what the fetcher is not handed stays on the broker, not in memory."""
+        ahead = {TP(t, p) for p, topics in self.aligner.ahead().items() for t in topics}
+        if ahead != self.ahead:
+            log.debug("tandem: join %r: reads of %s paused (event-time order)", self.spec.name, sorted(ahead))
+        self.ahead = ahead
+
+    def _move_commit_offsets(self, partitions: Iterable[int]) -> None:
+        read_next, commit_at, first_held = self.read_next, self.commit_at, self.aligner.first_held
+        for partition in partitions:
+            firsts = first_held(partition)
+            for topic in self.spec.input_topics:
+                tp = TP(topic, partition)
+                read = read_next.get(tp)
+                if read is None:
+                    continue
+                held = firsts.get(topic)
+                commit_at[tp] = read if held is None or read < held else held
+
+    # -- rebalances -------------------------------------------------------------------------
+
+    def forget(self) -> int:
+        """Drop every held and deferred record (read again after the rebalance); how many were
+        held."""
+        held = self.aligner.held()
+        self.aligner.forget()
+        self.deferred = {}
+        self.note_ahead()
+        return held
+
+    def keep_only(self, active: set[int]) -> None:
+        """A new assignment: forget the partitions no longer active here."""
+        for partition in set(self.aligner.holding()) - active:
+            self.aligner.drop_partition(partition)
+        self.deferred = {}
+        for tp in [tp for tp in self.read_next if tp.partition not in active]:
+            self.read_next.pop(tp, None)
+            self.commit_at.pop(tp, None)
+        self.note_ahead()
+
+    def input_lag(self, partition: int) -> int | None:
+        """Input records not yet taken into a batch, over the join's inputs (None: end unknown yet)."""
+        committed = committed_offsets(self.app)
+        total = 0
+        for topic in self.spec.input_topics:
+            tp = TP(topic, partition)
+            try:
+                high = self.app.consumer.highwater(tp)
+            except Exception:
+                return None
+            if high is None:
+                return None
+            position = self.read_next.get(tp, committed.get(tp) or 0)
+            total += max(0, high - position)
+        return total
+
+
+def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
+    """The check of one input's records, from its Faust topic's types and serializers."""
+    app = spec.app
+    topic = side.topic
+    key_serializer = topic.key_serializer or app.conf.key_serializer
+    value_serializer = topic.value_serializer or app.conf.value_serializer
+
+    def loads_key(raw: bytes) -> Any:
+        return app.serializers.loads_key(topic.key_type, raw, serializer=key_serializer)
+
+    def loads_value(raw: bytes) -> Any:
+        return app.serializers.loads_value(topic.value_type, raw, serializer=value_serializer)
+
+    return SideCodec(
+        side.name,
+        key_check(topic.key_type, key_serializer, loads_key),
+        value_form(topic.value_type, value_serializer, loads_value),
+        timestamp=side.timestamp,
+        record_id=side.id,
+        validate=side.validate,
+        max_value_bytes=spec.max_value_bytes,
+    )

@@ -1,0 +1,134 @@
+"""A join's output on this worker (Kafka Streams' RecordCollector): the handler's
+`send_soon` records, the changelog messages of the Faust tables it updated, and the batch's
+dead letters, produced as whole record batches and acknowledged before the batch commits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from faust.types import AppT
+from faust.types.tuples import FutureMessage
+
+from tables.kafka.batches import producer_of, start_sending
+from tables.kafka.handler_sends import collected_records, fail_sends, send_record, settle_sends
+from tables.operators.base import Match
+from tables.records.codecs import Rejected
+from tables.records.partitioners import partitions_for
+from tables.runtime.intake import Letter
+from tables.runtime.results import Outgoing
+from tables.runtime.stats import JoinStats
+from tables.spec import JoinSpec
+
+Record = tuple[bytes | None, bytes | None, Any]  # key, value, headers
+
+
+class Collector:
+    """Everything one join sends on this worker."""
+
+    def __init__(self, spec: JoinSpec, send_batch_bytes: int, stats: JoinStats) -> None:
+        self.spec = spec
+        self.app: AppT = spec.app
+        self.send_batch_bytes = send_batch_bytes
+        self.stats = stats
+        self.partitions: int | None = None  # the inputs' partition count (start-up check)
+        self.outbox: list[Outgoing] = []  # the handler's send_soon records
+        # Faust sends the handler queued with their partition known (its tables' changelogs),
+        # produced with the batch's output (tables/kafka/handler_sends.py).
+        self.faust_sends: list[FutureMessage] = []
+
+    async def send(self, letters: list[Letter]) -> None:
+        """The handler's sends, its tables' changelogs and the dead letters, in whole
+        batches; then Faust's own pending sends (the handler's other `topic.send()`s); all
+        acknowledged."""
+        producer = producer_of(self.app)
+        size = self.send_batch_bytes
+        outbox, self.outbox[:] = list(self.outbox), []
+        acks: list[tuple[object, int]] = []
+        for (topic, partition), records in (await self._by_partition(outbox)).items():
+            acks += await start_sending(producer, topic, partition, records, batch_bytes=size)
+        faust_acks = await self._start_faust_sends(producer, size)
+        for partition, records in self._letters(letters).items():
+            acks += await start_sending(
+                producer, self.spec.dead_letter_topic, partition, records, batch_bytes=size
+            )
+        for letter in letters:
+            self.stats.dead_letters[letter[5].category] += 1
+        await self.app.producer.flush()
+        for future, _ in acks:
+            await future  # type: ignore[misc]
+        for futs, sent in faust_acks:
+            try:
+                metadata = [(await future, count) for future, count in sent]  # type: ignore[misc]
+            except BaseException as error:
+                fail_sends(futs, error)
+                raise
+            settle_sends(futs, metadata)
+
+    async def _start_faust_sends(
+        self, producer: Any, size: int
+    ) -> list[tuple[list[FutureMessage], list[tuple[object, int]]]]:
+        """Start producing the Faust messages the handler queued (its tables' changelogs), per
+        topic and partition in the order queued; what to await and settle."""
+        sends, self.faust_sends[:] = list(self.faust_sends), []
+        self.stats.faust_sends += len(sends)
+        started = []
+        for (topic, partition), futs in collected_records(sends).items():
+            records = [send_record(fut) for fut in futs]
+            started.append((futs, await start_sending(producer, topic, partition, records, batch_bytes=size)))
+        return started
+
+    async def _by_partition(self, outbox: list[Outgoing]) -> dict[tuple[str, int], list[Record]]:
+        """Each record's partition: given, or its key's under Kafka's murmur2 (a whole batch at
+        once), or the result's own when the key is the join key and the topic has the join's
+        partition count (the input's partitioner was checked to be murmur2)."""
+        counts: dict[str, int] = {}
+        for topic in {o[0] for o in outbox if o[1] is None}:
+            counts[topic] = len(await producer_of(self.app).partitions_for(topic))
+        same = self.spec.partitioner == "murmur2"
+        unplaced = [
+            i
+            for i, o in enumerate(outbox)
+            if o[1] is None and not (same and o[5] is not None and counts[o[0]] == self.partitions)
+        ]
+        placed: dict[int, int] = {}
+        for topic in {outbox[i][0] for i in unplaced}:
+            mine = [i for i in unplaced if outbox[i][0] == topic]
+            found = partitions_for([outbox[i][2] for i in mine], counts[topic], "murmur2")  # type: ignore[misc]
+            placed.update(zip(mine, found.tolist(), strict=True))
+        grouped: dict[tuple[str, int], list[Record]] = {}
+        for i, (topic, partition, key, value, headers, same_key) in enumerate(outbox):
+            if partition is None:
+                partition = placed.get(i, same_key)
+            grouped.setdefault((topic, partition), []).append((key, value, headers))  # type: ignore[arg-type]
+        return grouped
+
+    def _letters(self, letters: list[Letter]) -> dict[int, list[Record]]:
+        """Dead letters as JSON (docs/join-semantics.md, "Bad records"), by partition."""
+        out: dict[int, list[Record]] = {}
+        for topic, partition, offset, key, value, why in letters:
+            letter = {
+                "join": self.spec.name,
+                "topic": topic or None,
+                "partition": partition,
+                "offset": offset if offset >= 0 else None,
+                "reason": why.reason,
+                "category": why.category,
+                "key": _text(key),
+                "value": _text(value),
+            }
+            out.setdefault(partition, []).append((key, orjson.dumps(letter), ()))
+        return out
+
+
+def handler_error_letter(partition: int, match: Match, reason: str) -> Letter:
+    """The dead letter of a result that made the handler raise: both sides and the time."""
+    value = orjson.dumps(
+        {"left": _text(match.left), "right": _text(match.right), "timestamp": match.timestamp}
+    )
+    return ("", partition, -1, match.key, value, Rejected(reason[:500], "handler_error"))
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")

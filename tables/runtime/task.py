@@ -1,0 +1,411 @@
+"""One declared join on this worker, from a fetch of its input to committed offsets
+(Kafka Streams' StreamTask, for every partition of the join this worker owns).
+
+A `JoinTask`, per batch:
+
+1. checks each record (`Intake`: tables/runtime/intake.py): bad ones are dead-lettered with
+   the reason, null values dropped and counted; holds the good ones and releases each
+   partition's in event-time order across the join's inputs;
+2. hands each partition's released records to its operator (tables/operators/), over the
+   partition's RocksDB state (tables/state/): the task knows the operator only by its
+   interface (`Operator`), never by its kind;
+3. hands the results to the app's handler (`Handler`: tables/runtime/handler.py) and waits
+   until it has taken them all;
+4. has the handler's sends, the dead letters and Faust's own pending sends acknowledged
+   (`Collector`: tables/runtime/output.py), then writes each partition's changelog and,
+   only after its acknowledgement, the state with its checkpoint;
+5. only then moves the offset Faust may commit for each input partition, never past a
+   record still held (at-least-once on every path).
+
+On a rebalance, new active partitions are held back (not fetched) while their state is
+restored in the background (tables/runtime/restore.py); the others keep going. Before a
+revocation or a stop the in-flight batch finishes, held records are dropped to be read
+again, and Faust commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from itertools import repeat
+from typing import Any, Protocol
+
+from faust.types import TP, AppT
+
+from assignor.faust_adapter.consumer import InputRecord, seek
+from tables.kafka.batches import producer_of
+from tables.operators.base import Match, counters_of
+from tables.runtime.gcpacing import collection_deferred
+from tables.runtime.handler import Handler
+from tables.runtime.intake import Fetch, Intake, Letter
+from tables.runtime.output import Collector
+from tables.runtime.restore import Restore, rebalance_of
+from tables.runtime.results import Serializers
+from tables.runtime.stats import REBALANCE_KINDS, JoinStats, Rebalance
+from tables.settings import RuntimeSettings
+from tables.spec import JoinSpec
+from tables.state.manager import JoinState
+from tables.state.store import StoreCorruptError
+
+log = logging.getLogger(__name__)
+
+ALIGN_CHECK_S = 0.25  # held records are looked at this often when no input comes
+LOOP_TURN_S = 0.01  # a batch lets the event loop run at least this often while checking
+
+
+class Worker(Protocol):
+    """What a task needs of the worker that runs it (tables/runtime/worker.py)."""
+
+    settings: RuntimeSettings
+    serializers: Serializers
+
+    @property
+    def quiesce_timeout_s(self) -> float: ...
+
+    def open_state(self, spec: JoinSpec) -> JoinState: ...
+
+    def offsets_on_disk(self, spec: JoinSpec) -> dict[int, int]: ...
+
+
+def split_fetch(records: Fetch, limit: int) -> list[Fetch]:
+    """A fetch cut into pieces of at most `limit` records, in order (each partition's
+    records stay in offset order across the pieces)."""
+    chunks: list[Fetch] = [{}]
+    room = limit
+    for tp, found in records.items():
+        if not found:
+            chunks[-1][tp] = found
+        start = 0
+        while start < len(found):
+            if room == 0:
+                chunks.append({})
+                room = limit
+            piece = found[start : start + room]
+            chunks[-1][tp] = piece
+            start += len(piece)
+            room -= len(piece)
+    return chunks
+
+
+def merge_fetches(chunks: list[Fetch]) -> Fetch:
+    """Pieces of a fetch joined back into one (the inverse of split_fetch)."""
+    merged: Fetch = {}
+    for chunk in chunks:
+        for tp, found in chunk.items():
+            merged.setdefault(tp, []).extend(found)
+    return merged
+
+
+class JoinTask:
+    """One declared join on this worker."""
+
+    def __init__(self, spec: JoinSpec, worker: Worker) -> None:
+        self.spec = spec
+        self.worker = worker
+        self.app: AppT = spec.app
+        self.settings = worker.settings
+        self.stats = JoinStats()
+        self.intake = Intake(spec, self.settings, self.stats)
+        self.collector = Collector(spec, self.settings.send_batch_bytes, self.stats)
+        self.handler = Handler(
+            spec, self.intake.codecs["left"], self.intake.codecs["right"], self.collector, worker.serializers,
+            self.stats,
+        )  # fmt: skip
+        self.rebalance = Rebalance()
+        self.rebalances = 0
+        self.rebalance_history: deque[Rebalance] = deque(maxlen=10)  # for the view
+        self._unmatched = spec.kind.emits_unmatched()
+        self.state: JoinState | None = None  # opened at the first assignment
+        self.held_back: set[TP] = set()  # inputs of partitions being restored
+        self._queue: asyncio.Queue[Fetch] = asyncio.Queue(maxsize=8)
+        self._last_turn = time.monotonic()  # when this task last let the event loop run
+        self._leftover: deque[Fetch] = deque()  # the rest of a cut fetch
+        self._working = asyncio.Lock()
+        self._revoking = False
+        self._loop_task: asyncio.Task[None] | None = None
+        self._restore: Restore | None = None
+        self._dropped_from: dict[TP, int] = {}  # first offset dropped since the last assignment
+
+    @property
+    def partitions(self) -> int | None:
+        """The inputs' partition count (the start-up check)."""
+        return self.intake.partitions
+
+    @partitions.setter
+    def partitions(self, count: int) -> None:
+        self.intake.partitions = self.collector.partitions = count
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.create_task(self._run(), name=f"tandem-join-{self.spec.name}")
+        self.handler.start()
+
+    async def stop(self) -> None:
+        await self.quiesce()
+        await _cancel(self._loop_task)
+        self._loop_task = None
+        await self.handler.stop()
+        if self._restore is not None:
+            await self._restore.cancel()
+        if self.state is not None:
+            await self.state.close()
+
+    # -- taking input ---------------------------------------------------------------
+
+    async def take(self, records: Fetch) -> None:
+        if self._revoking:
+            await self.dropped(records)  # read again after the rebalance
+            return
+        monitor = getattr(self.app, "monitor", None)
+        if monitor is not None:  # Faust's livelock detector watches this
+            now = time.monotonic()
+            for tp in records:
+                monitor.stream_inbound_time[tp] = now
+        await self._queue.put(records)
+
+    async def _run(self) -> None:
+        while True:
+            batch = await self._next_batch(self.settings.batch_max_records)
+            async with self._working:
+                if self._revoking or self.state is None:
+                    await self.dropped(merge_fetches(batch))  # taken after the quiesce drained
+                    continue
+                try:
+                    with collection_deferred(self.settings.gc_batch_threshold):
+                        await self._process(batch)
+                    continue
+                except Exception as exc:
+                    failure = exc
+            # Outside the lock: stopping the worker quiesces this task, which takes it.
+            await self.fail(failure)
+            return
+
+    async def _next_batch(self, limit: int) -> list[Fetch]:
+        """Whole fetches up to `limit` records; a larger fetch (a backlog can hold tens of
+        thousands) is cut, its rest kept for the next batches, so that no batch holds the
+        event loop (web view, metrics, timers) for seconds. Empty after ALIGN_CHECK_S
+        without input (held records are looked at then)."""
+        if self._leftover:
+            fetch = self._leftover.popleft()
+        else:
+            try:
+                fetch = await asyncio.wait_for(self._queue.get(), ALIGN_CHECK_S)
+            except TimeoutError:
+                return [{}]
+        batch: list[Fetch] = []
+        count = 0
+        while True:
+            size = sum(map(len, fetch.values()))
+            if batch and count + size > limit:
+                self._leftover.appendleft(fetch)
+                return batch
+            if size > limit:
+                first, *rest = split_fetch(fetch, limit)
+                self._leftover.extendleft(reversed(rest))
+                fetch, size = first, limit
+            batch.append(fetch)
+            count += size
+            if count >= limit:
+                return batch
+            if self._leftover:
+                fetch = self._leftover.popleft()
+            elif not self._queue.empty():
+                fetch = self._queue.get_nowait()
+            else:
+                return batch
+
+    async def fail(self, exc: Exception) -> None:
+        """A batch could not be written (broker or disk) or its state read, or a restore
+        stalled: nothing of it was committed, so nothing is lost; the worker stops rather than
+        skip it (it is read again after the restart). A store found damaged is first moved
+        aside, so the restart restores it from the changelog instead of failing on it again."""
+        log.critical("tandem: join %r stops the worker: %s", self.spec.name, exc, exc_info=exc)
+        state = self.state
+        for partition in state.actives() if state else []:
+            state.discard(partition)  # type: ignore[union-attr]
+            damaged = (
+                isinstance(exc, StoreCorruptError) and state.partitions[partition].store.path == exc.path
+            )  # type: ignore[union-attr]
+            if damaged:
+                state.set_aside(partition, exc)  # type: ignore[union-attr, arg-type]
+        self.stats.failure = f"{exc.__class__.__name__}: {exc}"
+        await self.app.crash(exc)  # type: ignore[attr-defined]
+
+    # -- one batch --------------------------------------------------------------------
+
+    async def _process(self, fetches: list[Fetch]) -> None:
+        state = self.state
+        assert state is not None
+        intake = self.intake
+        letters: list[Letter] = []
+        touched: set[int] = set()
+        for fetch in intake.take(fetches, state.ready, letters):
+            for tp, records in fetch.items():
+                intake.check(tp, records, letters)
+                touched.add(tp.partition)
+                await self._give_turn()
+        processed: list[int] = []
+        latest: list[int] = []  # event time of each partition's last result (the latency histogram)
+        feed: list[tuple[int, Match]] = []
+        by_partition = self.stats.results_by_partition
+        for partition in sorted(touched | set(intake.aligner.holding())):
+            if partition not in state.ready:
+                continue
+            events = intake.release(partition)
+            if not events:
+                continue
+            await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
+            matches = state.active(partition).operator.process_many(events)
+            processed.append(partition)
+            if matches:
+                latest.append(matches[-1].timestamp)
+            feed.extend(zip(repeat(partition), matches))
+            by_partition[partition] = by_partition.get(partition, 0) + len(matches)
+        if feed:
+            self.stats.results += len(feed)
+            if self._unmatched:
+                self.stats.unmatched += sum(1 for _, m in feed if m.left is None or m.right is None)
+            await self.handler.handle(feed, intake.built, letters)
+        intake.built = {}
+        await self.collector.send(letters)
+        producer = producer_of(self.app)
+        await asyncio.gather(*(state.commit(p, producer) for p in processed))
+        intake.batch_done(touched | set(processed))
+        self.stats.batches += 1
+        self.stats.latency.observe_since(latest)
+
+    async def _give_turn(self) -> None:
+        """Let the event loop run (web view, timers) if this task has kept it LOOP_TURN_S:
+        batches that release nothing (one input read far ahead of the other) await nothing
+        else, and the web view needs several turns of the loop to answer."""
+        if time.monotonic() - self._last_turn > LOOP_TURN_S:
+            await asyncio.sleep(0)
+            self._last_turn = time.monotonic()
+
+    # -- rebalances ----------------------------------------------------------------------------
+
+    async def assign(
+        self, active: set[int], standby: set[int], epoch: int, warmup: set[int] | None = None
+    ) -> None:
+        """Open, close and start restoring this join's partitions for a new assignment."""
+        if self._restore is not None:
+            await self._restore.cancel()
+        if self.state is None:
+            self.state = self.worker.open_state(self.spec)
+        moves = await self.state.assign(active, standby, warmup or ())
+        self.intake.keep_only(active)  # (the quiesce before emptied the rest: read again below)
+        self.held_back = {TP(t, p) for p in moves.to_restore for t in self.spec.input_topics}
+        # Where each active input must be read from: what this worker had not finished, or what
+        # it dropped during the rebalance (Faust seeks the rest to their committed offsets).
+        commit_at = self.intake.commit_at
+        restart = {tp: commit_at.get(tp, first) for tp, first in self._dropped_from.items()}
+        restart |= {tp: offset for tp, offset in commit_at.items() if tp not in restart}
+        self._dropped_from = {}
+        await self._rewind({tp: o for tp, o in restart.items() if tp.partition in active})
+        self.rebalances += 1
+        self.rebalance = rebalance_of(moves, epoch)
+        self.rebalance_history.append(self.rebalance)
+        for kind in REBALANCE_KINDS:
+            self.stats.rebalance_partitions[kind] += len(getattr(self.rebalance, kind))
+        log.info(
+            "tandem: join %r assigned actives %s standbys %s warm-ups %s: kept %s, warm %s, cold %s; "
+            "restoring %s",
+            self.spec.name, sorted(active), self.state.standbys(), self.state.warmups(), moves.kept,
+            moves.warm, moves.cold, moves.to_restore,
+        )  # fmt: skip
+        self._revoking = False
+        self.start()
+        self._restore = Restore(self.spec.name, self.state, self.rebalance, self.settings.restore_stall_s)
+        self._restore.start(moves.to_restore, self._ready, self.fail)
+
+    def _ready(self, partition: int) -> None:
+        self.held_back -= {TP(t, partition) for t in self.spec.input_topics}
+
+    async def quiesce(self) -> None:
+        """Before a revocation or a stop: finish the batch in flight, then drop what is
+        held or queued (read again afterwards, from the offsets Faust now commits)."""
+        self._revoking = True
+        try:
+            await asyncio.wait_for(self._working.acquire(), self.worker.quiesce_timeout_s)
+        except TimeoutError:
+            log.error("tandem: join %r: batch still in flight; cancelled (read again)", self.spec.name)
+            await _cancel(self._loop_task)
+            self._loop_task = None
+            for partition in self.state.actives() if self.state else []:
+                self.state.discard(partition)  # type: ignore[union-attr]
+            await self._working.acquire()
+        try:
+            commit_at = self.intake.commit_at
+            restart = dict(commit_at)
+            queued = list(self._leftover)  # cut from fetches taken before those still queued
+            self._leftover.clear()
+            while not self._queue.empty():
+                queued.append(self._queue.get_nowait())
+            queued.append(self.intake.deferred)
+            for fetch in queued:
+                for tp, records in fetch.items():
+                    if records:
+                        restart.setdefault(tp, records[0].offset)
+            for tp, offset in restart.items():
+                if tp not in commit_at:
+                    # Nothing of it done yet: a fetch dropped after this (taken across the
+                    # rebalance) starts later, and must not move the restart past this one.
+                    self._dropped_from[tp] = min(self._dropped_from.get(tp, offset), offset)
+            held = self.intake.forget()
+            if held:
+                log.info("tandem: join %r: %s held records left to be read again", self.spec.name, held)
+            await self._rewind(restart)
+        finally:
+            self._working.release()
+
+    async def dropped(self, records: dict[TP, list[InputRecord]]) -> None:
+        """Fetched records that will not be joined now: their partitions are set back to the
+        first record not done, or to the first dropped, so that they are read again."""
+        restart = {}
+        for tp, found in records.items():
+            if found:
+                first = min(self._dropped_from.get(tp, found[0].offset), found[0].offset)
+                self._dropped_from[tp] = first
+                restart[tp] = self.intake.commit_at.get(tp, first)
+        await self._rewind(restart)
+
+    async def _rewind(self, restart: dict[TP, int]) -> None:
+        """Set each input partition's position back to its first record not done. Faust only
+        seeks a partition that has a committed offset above 0 after a rebalance (aiokafka's
+        seek_to_committed): without this, what was dropped before the first commit of a kept
+        partition would never be read again."""
+        for tp, offset in restart.items():
+            self.intake.read_next[tp] = offset
+            try:
+                await seek(self.app, tp, offset)
+            except Exception as exc:  # stopping, or no longer assigned: its next owner reads it
+                log.debug("tandem: no seek of %s to %s: %r", tp, offset, exc)
+
+    # -- what the view and the assignor read ------------------------------------------------
+
+    def local_offsets(self) -> dict[int, int]:
+        if self.state is None:
+            return self.worker.offsets_on_disk(self.spec)
+        return self.state.local_offsets()
+
+    def counters(self) -> dict[str, int]:
+        """The operators' counters (late, duplicates, ...) over the ready active partitions."""
+        state = self.state
+        if state is None:
+            return {}
+        return counters_of(state.active(p).operator for p in state.actives() if p in state.ready)
+
+    def input_lag(self, partition: int) -> int | None:
+        return self.intake.input_lag(partition)
+
+
+async def _cancel(task: asyncio.Task[Any] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

@@ -1,0 +1,437 @@
+"""The whole group on one page, served by any worker: `/tandem/group` (HTML, refreshes
+itself) and `/tandem/group.json` (the same for tools; `python -m assignor what-if` reads it).
+
+The serving worker takes the leader's routing table (which member url owns each
+partition: assignor/faust_adapter/routing.py), fetches every member's own `/tandem/` over HTTP
+(its own view it reads in place), and puts them together: a grid of partitions by
+workers (active, standby, restoring; warm-ups have a column reserved until the
+assignment carries them), host and rack, lag per partition, the last rebalances, dead
+letters and late records, and plots of recent throughput and lag per worker drawn as
+inline SVG from each worker's history (tables/web/history.py). A member that does not
+answer is shown as such; the page never waits more than `FETCH_TIMEOUT_S` for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from html import escape
+from typing import Any
+
+import aiohttp
+from faust.types import AppT
+from faust.web import Request, Response, View
+
+from assignor.faust_adapter.routing import fetch_routing
+from tables.runtime.worker import Runtime
+from tables.web.view import worker_view
+
+FETCH_TIMEOUT_S = 2.0
+REFRESH_S = 5
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+
+
+# -- the data ------------------------------------------------------------------------------
+
+
+async def group_snapshot(app: AppT, runtime: Runtime) -> dict[str, Any]:
+    """Routing table, every member's view, and the grid of each join (JSON-ready)."""
+    own = worker_view(app, runtime)
+    routing = await _routing(app)
+    urls = routing["urls"] if routing else []
+    own_url = _norm(own["url"])
+    if own_url not in {_norm(u) for u in urls}:
+        urls = [*urls, own["url"]]
+    fetched = await asyncio.gather(*(_fetch_view(u) for u in urls if _norm(u) != own_url))
+    others = iter(fetched)
+    workers = []
+    for url in urls:
+        view, error = (own, None) if _norm(url) == own_url else next(others)
+        workers.append({"url": url, "ok": view is not None, "error": error, "view": view})
+    workers.sort(key=lambda w: (w["view"] is None, w["view"]["worker"] if w["view"] else w["url"]))
+    return {
+        "served_by": own["worker"],
+        "generated_at": time.time(),
+        "epoch": routing["epoch"] if routing else own["epoch"],
+        "routing": routing,
+        "workers": workers,
+        "joins": _joins(workers, routing),
+        "group_rebalances": _group_rebalances(workers),
+    }
+
+
+async def _routing(app: AppT) -> dict[str, Any] | None:
+    """The leader's routing table as JSON (fetched from the leader if not here yet)."""
+    assignor = app.assignor
+    table = getattr(assignor, "routing", None)
+    if table is None and hasattr(assignor, "own_assignment"):
+        table = await fetch_routing(assignor, timeout=FETCH_TIMEOUT_S)
+    if table is None:
+        return None
+    return {
+        "epoch": table.epoch,
+        "urls": list(table.urls),
+        "groups": [
+            {
+                "topics": list(topics),
+                "partitions": len(owners),
+                "owners": [table.urls[o] if o >= 0 else None for o in owners],
+            }
+            for topics, owners in zip(table.groups, table.owners, strict=True)
+        ],
+    }
+
+
+async def _fetch_view(url: str) -> tuple[dict[str, Any] | None, str | None]:
+    target = url.rstrip("/") + "/tandem/"
+    try:
+        timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(target) as response:
+            if response.status != 200:
+                return None, f"HTTP {response.status}"
+            return dict(await response.json()), None
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+        return None, f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
+
+
+def _norm(url: str) -> str:
+    return str(url).rstrip("/")
+
+
+def _joins(workers: list[dict[str, Any]], routing: dict[str, Any] | None) -> dict[str, Any]:
+    """Per join: each partition's active, standbys and lag, as the workers report them,
+    and the owner the routing table names."""
+    names = sorted({n for w in workers if w["view"] for n in w["view"]["joins"]})
+    return {name: _join_grid(name, workers, routing) for name in names}
+
+
+def _join_grid(name: str, workers: list[dict[str, Any]], routing: dict[str, Any] | None) -> dict[str, Any]:
+    count = max((w["view"]["joins"][name].get("partitions") or 0 for w in _with(workers, name)), default=0)
+    by_url = {_norm(w["url"]): w["view"]["worker"] for w in workers if w["view"]}
+    owners = _routing_owners(name, workers, routing)
+    rows = []
+    for partition in range(count):
+        row: dict[str, Any] = {
+            "partition": partition,
+            "active": [],
+            "restoring": [],
+            "standby": [],
+            "warmup": [],  # workers warming it up (KIP-441): it moves to one once caught up
+            "lag": None,
+            "restore": None,  # restored, to_go, rate_per_s, eta_s of a restoring active
+            "standby_lag": {},
+            "routing_owner": by_url.get(_norm(owners[partition]), owners[partition]) if owners else None,
+        }
+        for w in _with(workers, name):
+            view, j = w["view"], w["view"]["joins"][name]
+            if partition in j["actives"]:
+                row["active"].append(view["worker"])
+                row["lag"] = j["lag"].get(str(partition))
+                if str(partition) in j["restoring"]:
+                    row["restoring"].append(view["worker"])
+                    row["restore"] = j["restoring"][str(partition)]
+            if partition in j["standbys"]:
+                row["standby"].append(view["worker"])
+                row["standby_lag"][view["worker"]] = j["standby_lag"].get(str(partition))
+            if str(partition) in j.get("warmups", {}):
+                row["warmup"].append(view["worker"])
+        rows.append(row)
+    return {"partitions": count, "rows": rows}
+
+
+def _with(workers: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [w for w in workers if w["view"] and name in w["view"]["joins"]]
+
+
+def _routing_owners(name: str, workers: list[dict[str, Any]], routing: dict[str, Any] | None) -> list[str]:
+    if routing is None:
+        return []
+    inputs = next((w["view"]["joins"][name]["inputs"] for w in _with(workers, name)), [])
+    for group in routing["groups"]:
+        if inputs and inputs[0] in group["topics"]:
+            return list(group["owners"])
+    return []
+
+
+def _group_rebalances(workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The group's last rebalances (each worker remembers those it saw), newest first."""
+    by_epoch: dict[int, dict[str, Any]] = {}
+    for w in workers:
+        for entry in (w["view"] or {}).get("history", {}).get("group_rebalances", []):
+            by_epoch.setdefault(entry["epoch"], entry)
+    return [by_epoch[e] for e in sorted(by_epoch, reverse=True)]
+
+
+# -- the page ---------------------------------------------------------------------------------
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.2em;color:#222}
+h1{font-size:1.4em;margin:0 0 .2em} h2{font-size:1.1em;margin:1.2em 0 .4em}
+p.sub{color:#555;margin:0 0 1em}
+table{border-collapse:collapse;margin-bottom:.8em;font-size:.9em}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;white-space:nowrap}
+th{background:#f3f3f3}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.cell{text-align:center;min-width:4.5em}
+td.active{background:#b7e1b0;font-weight:600}
+td.restoring{background:#ffd89a;font-weight:600}
+td.standby{background:#cfe0f5}
+td.warmup{background:#e6d5f2}
+td.down{background:#eee;color:#888}
+.warn{color:#b00020;font-weight:600}
+.legend span{display:inline-block;padding:1px 8px;margin-right:6px;border:1px solid #ccc}
+.plots{display:flex;gap:24px;flex-wrap:wrap}
+svg text{font-size:11px;fill:#444}
+"""
+
+
+def render_group_html(snapshot: dict[str, Any]) -> str:
+    """The snapshot for a person: every value formatted, nothing as a Python repr."""
+    workers = snapshot["workers"]
+    live = [w for w in workers if w["view"]]
+    colours = {w["view"]["worker"]: COLOURS[i % len(COLOURS)] for i, w in enumerate(live)}
+    parts = [
+        f"<h1>Tandem group: {escape(_app_id(live))}</h1>",
+        f"<p class='sub'>generation {escape(_fmt(snapshot['epoch']))} · {len(live)} of {len(workers)} "
+        f"workers answering · served by {escape(snapshot['served_by'])} at "
+        f"{escape(time.strftime('%H:%M:%S', time.localtime(snapshot['generated_at'])))} · "
+        f"refreshes every {REFRESH_S} s · <a href='/tandem/group.json'>JSON</a></p>",
+        _workers_table(workers),
+        _plots(live, colours),
+    ]
+    for name, grid in snapshot["joins"].items():
+        parts.append(_grid(name, grid, workers))
+    parts.append(_rebalances(snapshot["group_rebalances"], live))
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<meta http-equiv='refresh' content='{REFRESH_S}'>"
+        f"<title>Tandem group {escape(_app_id(live))}</title><style>{STYLE}</style></head><body>"
+        + "".join(parts)
+        + "</body></html>"
+    )
+
+
+def _app_id(live: list[dict[str, Any]]) -> str:
+    return str(live[0]["view"]["app_id"]) if live else "?"
+
+
+def _fmt(value: Any) -> str:
+    """A value for a person: numbers with separators, lists and maps spelled out."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_fmt(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+def _td(value: Any, numeric: bool = False) -> str:
+    return f"<td{' class=num' if numeric else ''}>{escape(_fmt(value))}</td>"
+
+
+def _workers_table(workers: list[dict[str, Any]]) -> str:
+    head = [
+        "worker", "host", "rack", "url", "active", "standby", "records read", "results",
+        "input lag", "dead letters", "late", "duplicates", "held",
+    ]  # fmt: skip
+    rows = []
+    for w in workers:
+        view = w["view"]
+        if view is None:
+            rows.append(
+                f"<tr><td class='warn'>not answering</td><td colspan='2'></td><td>{escape(w['url'])}</td>"
+                f"<td colspan='{len(head) - 4}' class='warn'>{escape(w['error'] or '')}</td></tr>"
+            )
+            continue
+        joins = list(view["joins"].values())
+        dead: dict[str, int] = {}
+        for j in joins:
+            for category, n in j["dead_letters_by_category"].items():
+                dead[category] = dead.get(category, 0) + n
+        cells = [
+            _td(view["worker"]), _td(view["host"]), _td(view["rack"] or None), _td(w["url"]),
+            _td(sum(len(j["actives"]) for j in joins), True),
+            _td(sum(len(j["standbys"]) for j in joins), True),
+            _td(sum(sum(j["read"].values()) for j in joins), True),
+            _td(sum(j["results"] for j in joins), True),
+            _td(sum(v or 0 for j in joins for v in j["lag"].values()), True),
+            _td(dead or 0), _td(sum(j["late"] for j in joins), True),
+            _td(sum(j["duplicates"] for j in joins), True), _td(sum(j["held"] for j in joins), True),
+        ]  # fmt: skip
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    header = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return f"<h2>Workers</h2><table><tr>{header}</tr>{''.join(rows)}</table>"
+
+
+def _grid(name: str, grid: dict[str, Any], workers: list[dict[str, Any]]) -> str:
+    names = [w["view"]["worker"] if w["view"] else w["url"] for w in workers]
+    down = {w["url"] for w in workers if not w["view"]}
+    header = "<tr><th>partition</th>" + "".join(f"<th>{escape(n)}</th>" for n in names)
+    header += "<th>input lag</th><th>routing table owner</th></tr>"
+    rows = []
+    for row in grid["rows"]:
+        p = row["partition"]
+        cells = [f"<td class=num>{p}</td>"]
+        for w, worker in zip(workers, names, strict=True):
+            cells.append(_grid_cell(name, p, worker, row, w["url"] in down))
+        owner = row["routing_owner"]
+        mismatch = owner is not None and row["active"] and owner not in row["active"]
+        owner_cell = f"<td class='warn'>{escape(owner)} (differs)</td>" if mismatch else _td(owner)
+        if not row["active"]:
+            owner_cell = f"<td class='warn'>{escape(_fmt(owner))}: no active answering</td>"
+        cells += [_td(row["lag"], True), owner_cell]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    legend = (
+        "<p class='legend'><span class='active' style='background:#b7e1b0'>A active</span>"
+        "<span style='background:#ffd89a'>R active, restoring</span>"
+        "<span style='background:#cfe0f5'>S standby (its lag)</span>"
+        "<span style='background:#e6d5f2'>W warm-up: not in the assignment yet</span></p>"
+    )
+    return (
+        f"<h2>Join {escape(name)}: partitions × workers</h2>{legend}"
+        f"<table class='grid' data-join='{escape(name)}'>{header}{''.join(rows)}</table>"
+    )
+
+
+def _grid_cell(join: str, partition: int, worker: str, row: dict[str, Any], down: bool) -> str:
+    attrs = f"data-join='{escape(join)}' data-partition='{partition}' data-worker='{escape(worker)}'"
+    if down:
+        return f"<td class='cell down' {attrs} data-role='unknown'>?</td>"
+    if worker in row["restoring"]:
+        to_go = (row["restore"] or {}).get("to_go")
+        text = "R" if to_go is None else f"R ({_fmt(to_go)} to go)"
+        return f"<td class='cell restoring' {attrs} data-role='active'>{escape(text)}</td>"
+    if worker in row["active"]:
+        return f"<td class='cell active' {attrs} data-role='active'>A</td>"
+    if worker in row["standby"]:
+        lag = row["standby_lag"].get(worker)
+        text = "S" if lag is None else f"S ({_fmt(lag)})"
+        return f"<td class='cell standby' {attrs} data-role='standby'>{escape(text)}</td>"
+    if worker in row["warmup"]:
+        return f"<td class='cell warmup' {attrs} data-role='warmup'>W</td>"
+    return f"<td class='cell' {attrs} data-role=''></td>"
+
+
+def _rebalances(group: list[dict[str, Any]], live: list[dict[str, Any]]) -> str:
+    head = "<tr><th>generation</th><th>at</th><th>protocol</th><th>tasks</th><th>kept</th>"
+    head += "<th>moved warm</th><th>moved cold</th><th>planning</th></tr>"
+    rows = [
+        "<tr>"
+        + _td(r["epoch"], True)
+        + _td(time.strftime("%H:%M:%S", time.localtime(r["at"])))
+        + _td(r["protocol"])
+        + "".join(_td(r[k], True) for k in ("tasks", "kept", "moved_warm", "moved_cold"))
+        + _td(f"{r['plan_ms']} ms")
+        + "</tr>"
+        for r in group
+    ]
+    per_worker = []
+    for w in live:
+        view = w["view"]
+        for name, j in view["joins"].items():
+            for r in reversed(j.get("rebalance_history", [])):
+                per_worker.append(
+                    "<tr>" + _td(view["worker"]) + _td(name) + _td(r["epoch"], True)
+                    + _td(r["kept"]) + _td(r["moved_warm"]) + _td(r["moved_cold"])
+                    + _td(r["replayed"], True)
+                    + _td("restoring" if r["seconds"] is None else f"{r['seconds']:.2f} s") + "</tr>"
+                )  # fmt: skip
+    worker_head = "<tr><th>worker</th><th>join</th><th>generation</th><th>kept</th><th>moved warm</th>"
+    worker_head += "<th>moved cold</th><th>changelog records replayed</th><th>restored in</th></tr>"
+    return (
+        "<h2>Last rebalances of the group (as the leader planned them)</h2>"
+        f"<table>{head}{''.join(rows) or '<tr><td colspan=8>none seen yet</td></tr>'}</table>"
+        "<h2>Last rebalances on each worker (partitions)</h2>"
+        f"<table>{worker_head}{''.join(per_worker)}</table>"
+    )
+
+
+# -- plots ------------------------------------------------------------------------------------
+
+PLOT_W, PLOT_H, PAD_L, PAD_B = 460, 150, 56, 22
+
+
+def _plots(live: list[dict[str, Any]], colours: dict[str, str]) -> str:
+    throughput: dict[str, list[tuple[float, float]]] = {}
+    lag: dict[str, list[tuple[float, float]]] = {}
+    for w in live:
+        samples = w["view"].get("history", {}).get("samples", [])
+        name = w["view"]["worker"]
+        throughput[name] = [
+            (b["at"], max(0.0, (b["read"] - a["read"]) / (b["at"] - a["at"])))
+            for a, b in zip(samples, samples[1:], strict=False)
+            if b["at"] > a["at"]
+        ]
+        lag[name] = [(s["at"], float(s["lag"])) for s in samples]
+    legend = "".join(
+        f"<span style='border-color:{c};color:{c}'>■ {escape(n)}</span>" for n, c in colours.items()
+    )
+    return (
+        f"<h2>Last five minutes</h2><p class='legend'>{legend}</p><div class='plots'>"
+        + svg_plot("records read per second", throughput, colours)
+        + svg_plot("input lag (records)", lag, colours)
+        + "</div>"
+    )
+
+
+def svg_plot(title: str, series: dict[str, list[tuple[float, float]]], colours: dict[str, str]) -> str:
+    """A line per worker over the same time axis, drawn as inline SVG (no script, no CDN)."""
+    points = [p for s in series.values() for p in s]
+    width, height = PLOT_W + PAD_L + 10, PLOT_H + PAD_B + 20
+    out = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+        f"aria-label='{escape(title)}'><title>{escape(title)}</title>",
+        f"<text x='{PAD_L}' y='12'>{escape(title)}</text>",
+        f"<rect x='{PAD_L}' y='18' width='{PLOT_W}' height='{PLOT_H}' fill='none' stroke='#bbb'/>",
+    ]
+    if not points:
+        out.append(f"<text x='{PAD_L + 10}' y='{18 + PLOT_H // 2}'>no samples yet</text></svg>")
+        return "".join(out)
+    t0, t1 = min(p[0] for p in points), max(p[0] for p in points)
+    top = max(max(p[1] for p in points), 1.0)
+    span = max(t1 - t0, 1.0)
+
+    def xy(t: float, v: float) -> str:
+        return f"{PAD_L + (t - t0) / span * PLOT_W:.1f},{18 + PLOT_H - v / top * PLOT_H:.1f}"
+
+    out.append(f"<text x='{PAD_L - 4}' y='26' text-anchor='end'>{escape(_short(top))}</text>")
+    out.append(f"<text x='{PAD_L - 4}' y='{18 + PLOT_H}' text-anchor='end'>0</text>")
+    out.append(f"<text x='{PAD_L}' y='{height - 4}'>−{span:.0f} s</text>")
+    out.append(f"<text x='{PAD_L + PLOT_W}' y='{height - 4}' text-anchor='end'>now</text>")
+    for name, line in series.items():
+        if line:
+            path = " ".join(xy(t, v) for t, v in line)
+            colour = colours.get(name, "#333")
+            out.append(
+                f"<polyline fill='none' stroke='{colour}' stroke-width='1.6' points='{path}'>"
+                f"<title>{escape(name)}</title></polyline>"
+            )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _short(value: float) -> str:
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.0f}"
+
+
+# -- registration -------------------------------------------------------------------------------
+
+
+def register_group_views(app: AppT, runtime: Runtime) -> None:
+    @app.page("/tandem/group", name="tandem-group")
+    async def group_html(web: View, request: Request) -> Response:
+        return web.html(render_group_html(await group_snapshot(app, runtime)))
+
+    @app.page("/tandem/group.json", name="tandem-group-json")
+    async def group_json(web: View, request: Request) -> Response:
+        return web.json(await group_snapshot(app, runtime))
