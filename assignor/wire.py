@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import logging
 import operator
+import re
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
@@ -53,6 +54,7 @@ MAX_BODY = 64 * 1024 * 1024  # refuse zip bombs: no real body comes near this
 MIN_COMPRESSED = 256
 
 TopicPartitions = dict[str, list[int]]
+_HIGH_BYTE = re.compile(rb"[\x80-\xff]")  # a varint byte with more to follow
 
 
 class WireError(ValueError):
@@ -223,26 +225,41 @@ class _Reader:
         return self.uints(1)[0]
 
     def uints(self, n: int) -> list[int]:
-        """`n` varints in a row: a run of one-byte ones at C speed, else byte by byte."""
+        """`n` varints in a row: runs of one-byte ones at C speed, the others byte by byte."""
         data, pos = self.data, self.pos
         run = data[pos : pos + n]
         if len(run) == n and (n == 0 or max(run) < 0x80):
             self.pos = pos + n
             return list(run)
         values: list[int] = []
-        end = len(data)
-        for _ in range(n):
-            value = shift = 0
-            while True:
-                if pos >= end or shift > 63:
-                    raise WireError("truncated or overlong varint")
+        append = values.append
+        left = n
+        try:  # running past the end raises IndexError: no bounds check per byte
+            while left:
                 byte = data[pos]
-                pos += 1
-                value |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-            values.append(value)
+                if byte < 0x80:  # one-byte varints up to the next high byte, at once
+                    high = _HIGH_BYTE.search(data, pos, pos + left)
+                    stop = high.start() if high else pos + left
+                    if stop > len(data):
+                        raise IndexError
+                    values += data[pos:stop]
+                    left -= stop - pos
+                    pos = stop
+                    continue
+                value, shift = byte & 0x7F, 7
+                byte = data[pos + 1]
+                pos += 2
+                while byte >= 0x80:
+                    value |= (byte & 0x7F) << shift
+                    shift += 7
+                    if shift > 63:
+                        raise IndexError
+                    byte = data[pos]
+                    pos += 1
+                append(value | byte << shift)
+                left -= 1
+        except IndexError:
+            raise WireError("truncated or overlong varint") from None
         self.pos = pos
         return values
 

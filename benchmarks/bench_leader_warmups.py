@@ -24,14 +24,20 @@ from assignor.faust_adapter import partition_assignor as faust_adapter
 from benchmarks.bench_leader_path import bench_event, header, leader_arguments
 from benchmarks.scenarios import parse_size, steady
 
+WARMUP_FIELDS = ("acceptable_recovery_lag", "max_warmup_replicas", "changelog_end_offsets")
+
 
 @contextmanager
-def warmups_on(lag: int, budget: int) -> Iterator[None]:
-    """The adapter's scenarios carry the warm-up fields while inside."""
+def warmups(on: tuple[int, int] | None) -> Iterator[None]:
+    """While inside, the adapter's scenarios carry the warm-up fields `(lag, budget)`, or none
+    at all with None (the adapter's settings turn warm-ups on by default)."""
     original: Callable[..., dict[str, Any]] = faust_adapter.build_scenario
 
     def with_warmups(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {**original(*args, **kwargs), "acceptable_recovery_lag": lag, "max_warmup_replicas": budget}
+        built = {k: v for k, v in original(*args, **kwargs).items() if k not in WARMUP_FIELDS}
+        if on is None:
+            return built
+        return {**built, "acceptable_recovery_lag": on[0], "max_warmup_replicas": on[1]}
 
     faust_adapter.build_scenario = with_warmups  # type: ignore[assignment]
     try:
@@ -49,7 +55,7 @@ def _pending(built: dict[str, Any]) -> str:
     return "-" if moves is None else f"{len(moves)} ({sum(m['warmup'] for m in moves)} warm-up)"
 
 
-def _run(event: str, base: Any, repeats: int, warmups: tuple[int, int] | None) -> tuple[Any, Any]:
+def _run(event: str, base: Any, repeats: int, on: tuple[int, int] | None) -> tuple[Any, Any]:
     """bench_event's row, and the scenario the adapter planned (with warm-ups on if given)."""
     built: list[Any] = []
     original = faust_adapter.plan_with_stats
@@ -60,10 +66,8 @@ def _run(event: str, base: Any, repeats: int, warmups: tuple[int, int] | None) -
 
     faust_adapter.plan_with_stats = keep  # type: ignore[assignment]
     try:
-        if warmups is None:
-            return bench_event(event, base, repeats, False), built[-1]
-        with warmups_on(*warmups):
-            return bench_event(event, base, repeats, False), built[-1]
+        with warmups(on):
+            return bench_event(event, base, repeats, None), built[-1]
     finally:
         faust_adapter.plan_with_stats = original  # type: ignore[assignment]
 
@@ -71,8 +75,8 @@ def _run(event: str, base: Any, repeats: int, warmups: tuple[int, int] | None) -
 def measure(event: str, base: Any, repeats: int, lag: int, budget: int) -> list[str]:
     """Table rows for one event: off, then on."""
     rows = []
-    for mode, warmups in (("off", None), ("on", (lag, budget))):
-        row, scenario = _run(event, base, repeats, warmups)
+    for mode, on in (("off", None), ("on", (lag, budget))):
+        row, scenario = _run(event, base, repeats, on)
         full = [c for c, _ in row["full"]]
         alone = [c for c, _ in row["plan"]]
         rows.append(f"| {event} | {mode} | {_ms(full)} | {_ms(alone)} | {_pending(scenario)} |")

@@ -255,7 +255,7 @@ def target_table(rows: list[Row]) -> list[str]:
     done = [r for r in tandem if r.ok]
     lines = ["| target | result | figures |", "|---|---|---|"]
     lines.append(_time_target("1000 x 10,000 x 2 (+changelog), R = 1: under 0.5 s", big, 0.5))
-    lines.append(_time_target("1M topic-partitions: under 2 s", huge, 2.0))
+    lines.append(_time_target("1M topic-partitions: median at most 1.0 s (issue 31)", huge, 1.0, median=True))
     off = [r for r in done if r.metrics and r.metrics.moves != r.optimum]
     lines.append(
         f"| moves equal the optimum in every event | {_verdict(done, not off)} "
@@ -279,14 +279,16 @@ def _verdict(rows: list[Row], good: bool) -> str:
     return "not run" if not rows else "met" if good else "**missed**"
 
 
-def _time_target(label: str, rows: list[Row], limit: float) -> str:
+def _time_target(label: str, rows: list[Row], limit: float, median: bool = False) -> str:
+    """Met when every run (or, with `median`, the median of all runs) is within `limit` s."""
     runs = [t for r in rows if r.ok for t in r.times]
     if not runs:
         status = rows[0].status if rows else "not run"
         return f"| {label} | not run | {status} |"
     worst = max(runs)
+    within = statistics.median(runs) <= limit if median else worst < limit
     return (
-        f"| {label} | {_verdict(rows, worst < limit and all(r.ok for r in rows))} "
+        f"| {label} | {_verdict(rows, within and all(r.ok for r in rows))} "
         f"| max {worst:.3f} s, median {statistics.median(runs):.3f} s over {len(runs)} runs "
         f"of {len(rows)} events |"
     )
@@ -371,12 +373,12 @@ METHOD = [
     "  threaded, so on an idle core wall time is about the CPU time. The per-event table also",
     "  gives the wall median. Median over the runs (`runs`, fewer when one run exceeds",
     "  `--slow`); `max ms` is the slowest single run over all events. Building the members'",
-    "  metadata is not timed. Runs at 1,000 x 10,000 and 1M were made with a CPU-time alarm",
-    "  armed (ITIMER_PROF), which coarsens `process_time` to 4 ms ticks on this VM: their",
-    "  figures are +-4 ms (under 2 % at those sizes); smaller sizes were rerun without it.",
-    "- Faust's full path gets each member's previous assignment in Faust's own user data with",
-    "  empty changelog/external distributions: real members also echo the whole cluster's",
-    "  distribution, which makes Faust's real cost higher than shown here.",
+    "  metadata is not timed. Each call runs under a wall-clock alarm (`--timeout`), which",
+    "  leaves `process_time` exact.",
+    "- Faust's full path gets each member's previous assignment in Faust's own user data, with",
+    "  the group's changelog and topic distributions every Faust member echoes back",
+    "  (`assignor.comparisons.baselines`). It is skipped from `--skip-faust-at` members (2,000):",
+    "  at 1M each member's user data would carry 18.5 MB of them, 34.5 GiB for the group.",
     "- `moves` = tasks not kept by their (fenced) previous owner, as the spec counts them (a",
     "  restarted member's tasks have no previous owner, so all count). `optimum` = the fewest",
     "  moves among balanced assignments, computed independently of the planner",

@@ -135,14 +135,14 @@ def kept_and_warm(scn: dict[str, Any], owners: dict[Task, str]) -> tuple[int, in
     return kept, warm
 
 
-def oracle_best(scn: dict[str, Any]) -> tuple[int, int]:
+def oracle_best(scn: dict[str, Any]) -> tuple[int, ...]:
     """(max kept, then max warm) over every balanced assignment, by exhaustive search."""
     return _best_balanced(scn, lambda owners: kept_and_warm(scn, owners))
 
 
 def _best_balanced(
-    scn: dict[str, Any], score: Callable[[dict[Task, str]], tuple[int, int]]
-) -> tuple[int, int]:
+    scn: dict[str, Any], score: Callable[[dict[Task, str]], tuple[int, ...]]
+) -> tuple[int, ...]:
     """The highest `score` of any balanced assignment (exhaustive: small scenarios only)."""
     tasks = [
         (gi, p)
@@ -151,7 +151,7 @@ def _best_balanced(
         if eligible(scn, group)
     ]
     choices = [eligible(scn, groups_of(scn)[g]) for g, _ in tasks]
-    best = (-1, -1)
+    best: tuple[int, ...] = (-1,)
     for combo in itertools.product(*choices):
         owners = dict(zip(tasks, combo, strict=True))
         if is_balanced(scn, owners):
@@ -298,10 +298,48 @@ def kept_and_warm_with_lags(
     return kept, warm
 
 
-def oracle_best_with_lags(scn: dict[str, Any]) -> tuple[int, int]:
-    """(max kept, then max warm) over every balanced assignment, holders by finite lag."""
+def kept_caught_warm(
+    scn: dict[str, Any], owners: dict[Task, str], held: dict[Task, set[str]]
+) -> tuple[int, int, int]:
+    """W1's score: tasks kept, then moved stateful tasks on a member caught up on them, then
+    moved tasks on a member holding their state (caught-up members hold it: lag is finite)."""
+    previous = fenced_claims(scn)
+    moved = [(t, m) for t, m in owners.items() if previous.get(t) != m]
+    caught = sum(1 for t, m in moved if is_stateful(scn, t) and caught_up(scn, t, m))
+    warm = sum(1 for t, m in moved if m in held.get(t, set()))
+    return len(owners) - len(moved), caught, warm
+
+
+def oracle_best_with_lags(scn: dict[str, Any]) -> tuple[int, ...]:
+    """(max kept, then max moved onto caught-up members, then max warm) over every balanced
+    assignment, holders by finite lag (W1)."""
     held = warm_holders(scn)
-    return _best_balanced(scn, lambda owners: kept_and_warm_with_lags(scn, owners, held))
+    return _best_balanced(scn, lambda owners: kept_caught_warm(scn, owners, held))
+
+
+def better_caught_up_exchange(scn: dict[str, Any], owners: dict[Task, str]) -> str | None:
+    """W1, locally: a task on a member that holds its state but is not caught up, which could
+    instead go to an eligible member caught up on it, alone or in exchange for one of that
+    member's tasks, keeping a balanced assignment that keeps no fewer tasks and places more
+    moved tasks on caught-up members. Describes the first such exchange found, else None."""
+    held = warm_holders(scn)
+    score = kept_caught_warm(scn, owners, held)[:2]
+    groups = groups_of(scn)
+    for task, holder in sorted(owners.items()):
+        if holder not in held.get(task, set()) or caught_up(scn, task, holder):
+            continue
+        for member in eligible(scn, groups[task[0]]):
+            if member == holder or not caught_up(scn, task, member):
+                continue
+            given = [(task, member)]
+            swaps = [(other, holder) for other, m in sorted(owners.items()) if m == member]
+            for exchange in [given] + [given + [swap] for swap in swaps]:
+                if any(holder not in eligible(scn, groups[t[0]]) for t, _ in exchange[1:]):
+                    continue
+                changed = owners | dict(exchange)
+                if is_balanced(scn, changed) and kept_caught_warm(scn, changed, held)[:2] > score:
+                    return f"{task} on {holder} (not caught up) could go to {member}: {exchange}"
+    return None
 
 
 def warmups_of(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[Task, set[str]]:

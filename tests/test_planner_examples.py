@@ -343,3 +343,29 @@ def test_the_garbage_collector_is_paused_only_while_planning(monkeypatch: pytest
     monkeypatch.setattr(planner, "place_actives", lambda _p: 1 / 0)
     assert "internal planner error" in plan(scn)["warnings"][0]
     assert gc.isenabled()  # restored after the fallback too
+
+
+def test_what_planning_allocates_skips_the_young_generations_unless_the_process_froze_objects() -> None:
+    """The collector was paused while planning: the million small lists of a large plan go to
+    the oldest generation on the way out, so no young collection walks them; a process that
+    froze objects of its own (gc.freeze) keeps them frozen, and the plan's lists stay young."""
+    import gc
+
+    scn = _join_scenario({"w1": [0, 1], "w2": [2, 3]}, partitions=4)
+
+    def generation_of(obj: object) -> int | None:
+        """0-2, or None when frozen (in no generation)."""
+        return next((g for g in range(3) if any(o is obj for o in gc.get_objects(generation=g))), None)
+
+    result = plan(scn)
+    assert generation_of(result["members"]["w1"]["active"]["clicks"]) == 2
+    frozen = ["the process's own", []]
+    gc.freeze()
+    try:
+        assert generation_of(frozen) is None
+        result = plan(scn)
+        assert generation_of(frozen) is None, "the process's frozen objects stay frozen"
+        assert generation_of(result["members"]["w1"]["active"]["clicks"]) in (0, 1)
+    finally:
+        gc.unfreeze()
+    assert generation_of(frozen) == 2

@@ -84,10 +84,22 @@ def test_w1_target_follows_kip54_with_unequal_subscriptions(scn: dict[str, Any])
 @settings(max_examples=120, deadline=None)
 @given(warmup_scenarios(max_members=3, max_partitions=4, uniform=True, lone_topics=False))
 def test_w1_target_sticky_and_warm_as_the_exhaustive_oracle(scn: dict[str, Any]) -> None:
-    """Holders of state are the members of finite lag (a standby without offsets is empty)."""
+    """Kept, then moved onto caught-up members, then onto holders of state (the members of
+    finite lag: a standby without offsets is empty), as many as any balanced assignment."""
     target = check.target_owners(scn, plan(scn))
     held = check.warm_holders(scn)
-    assert check.kept_and_warm_with_lags(scn, target, held) == check.oracle_best_with_lags(scn)
+    assert check.kept_caught_warm(scn, target, held) == check.oracle_best_with_lags(scn)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(warmup_scenarios(uniform=True))
+def test_w1_no_task_on_a_lagging_holder_could_go_to_a_caught_up_member(scn: dict[str, Any]) -> None:
+    """Issue 31: one more task on a member that holds state but is not caught up never outweighs
+    one on a caught-up member. No task the target puts on such a holder could go to an eligible
+    caught-up member instead (alone, or in exchange for one of that member's tasks) in a
+    balanced target that keeps as many tasks and moves more onto caught-up members."""
+    target = check.target_owners(scn, plan(scn))
+    assert check.better_caught_up_exchange(scn, target) is None
 
 
 # -- W2: no cold move while a warm owner exists -----------------------------------------------
@@ -508,3 +520,49 @@ def test_a_caught_up_warm_up_takes_its_task_not_another_it_is_as_fresh_on() -> N
     assert [(m["partition"], m["to"], m["warmup"]) for m in result["pending_moves"]] == [(1, "w1", True)]
     scn, result = _next_round(scn, result)
     assert result["pending_moves"] == [] and result["members"]["w1"]["active"]["joins-changelog"] == [1]
+
+
+def test_w1_a_caught_up_member_outweighs_one_more_task_on_a_lagging_holder() -> None:
+    """Issue 31 in two tasks: wa is at the end of partition 0 and 1000 behind on 1; wb is 7
+    behind on 0 and has nothing of 1. Putting 0 on wb and 1 on wa places both on holders of
+    their state, but neither caught up; W1 wants 0 on the caught-up wa (and 1, which nobody is
+    caught up on, moves cold to wb): one task moves now instead of none."""
+    scn: dict[str, Any] = {
+        "topics": {"ledger-changelog": 2},
+        "changelog_topics": ["ledger-changelog"],
+        "members": {
+            "wa": {"topics": ["ledger-changelog"], "local_offsets": {"ledger-changelog": {"0": 400, "1": 0}}},
+            "wb": {"topics": ["ledger-changelog"], "local_offsets": {"ledger-changelog": {"0": 393}}},
+        },
+        "acceptable_recovery_lag": 0,
+        "changelog_end_offsets": {"ledger-changelog": {"0": 400, "1": 1000}},
+    }
+    result = plan(scn)
+    assert result["pending_moves"] == []
+    assert result["members"]["wa"]["active"] == {"ledger-changelog": [0]}
+    assert result["members"]["wb"]["active"] == {"ledger-changelog": [1]}
+
+
+@FAST
+@given(warmup_scenarios())
+def test_w1_tier_units_count_the_moves_of_a_placement_that_keeps_the_most(scn: dict[str, Any]) -> None:
+    """The tiers' cost units are sized by how many open tasks move when the most are kept,
+    found by a flow over (group, member) counts: it must be what the task-level flow moves (a
+    smaller count would let a lower tier outweigh a keep; a larger one wastes cost range)."""
+    from assignor.core import actives
+
+    checked: list[tuple[int, int]] = []
+    real = actives._solve_flow
+
+    def spy(problem: Any, residual: Any, flow_tasks: Any, pooled: Any, group_of: Any, placed: Any) -> None:
+        bound = actives._moves_bound(problem, residual, flow_tasks, pooled, group_of)
+        real(problem, residual, flow_tasks, pooled, group_of, placed)
+        moved = int((placed[flow_tasks] != problem.owner[flow_tasks]).sum())
+        checked.append((bound, max(moved, 1)))
+
+    actives._solve_flow = spy  # type: ignore[assignment]
+    try:
+        plan(scn)
+    finally:
+        actives._solve_flow = real  # type: ignore[assignment]
+    assert all(bound == moved for bound, moved in checked), checked

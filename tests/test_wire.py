@@ -159,3 +159,43 @@ def test_random_bytes_never_raise(data: bytes) -> None:
     for decode in (decode_assignment, decode_routing):
         with contextlib.suppress(WireError):
             decode(b"TD\x01\x00" + data)
+
+
+def _reference_varints(data: bytes, n: int) -> list[int] | None:
+    """LEB128 decoded one byte at a time (at most 10 bytes each); None if truncated or overlong."""
+    values, pos = [], 0
+    for _ in range(n):
+        value = shift = 0
+        while True:
+            if pos >= len(data) or shift > 63:
+                return None
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        values.append(value)
+    return values
+
+
+@given(st.lists(st.one_of(st.integers(0, 127), st.integers(0, 2**64 - 1)), max_size=40), st.data())
+@settings(max_examples=300, deadline=None)
+def test_runs_of_varints_decode_as_one_at_a_time(values: list[int], data: st.DataObject) -> None:
+    """Runs mixing one-byte and longer varints (a partition list whose first delta is large,
+    offsets), whole, cut short, or with bytes after them."""
+    writer = wire._Writer()
+    writer.uint(wire.KIND_ROUTING)
+    writer.uint(0)
+    for value in values:
+        writer.uint(value)
+    body = bytes(writer.buf)
+    cut = data.draw(st.integers(2, len(body) + 3))
+    raw = body[:cut] if cut <= len(body) else body + b"\x05" * (cut - len(body))
+    reader = wire._Reader(wire.HEADER.pack(wire.MAGIC, wire.VERSION, 0) + raw, wire.KIND_ROUTING)
+    expected = _reference_varints(raw[2:], len(values))
+    if expected is None:
+        with pytest.raises(WireError):
+            reader.uints(len(values))
+    else:
+        assert reader.uints(len(values)) == expected == values

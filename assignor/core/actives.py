@@ -15,6 +15,9 @@ all its tasks in every optimum (swapping one away lowers the kept count), so
 those are fixed first; and tasks with no owner and no warm member are pooled.
 When only pooled tasks remain, a greedy fill is tried first and checked.
 
+With warm-ups on (`warm.caught` set) the objective gains a tier before (2): the most
+moved tasks on members caught up on them (contract W1; `_graded_task_arcs`).
+
 Tasks are numbered 0..T-1, group by group; members 0..M-1; -1 means none.
 """
 
@@ -154,7 +157,9 @@ def _solve_flow(
     cold = net.arcs(hub[slot_group], slot, hi)
     task_node = net.nodes(len(flow_tasks))
     net.supply(task_node, np.ones(len(flow_tasks), np.int64))
-    options = _task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of)
+    graded = problem.warm.caught is not None  # warm-ups on: tiers sized by the moves
+    moves = _moves_bound(problem, residual, flow_tasks, pooled, group_of) if graded else len(flow_tasks)
+    options = _task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of, moves)
     to_hub = net.arcs(task_node, hub[group_of[flow_tasks]], 1)
     pooled_per_group = np.bincount(group_of[pooled], minlength=groups)
     net.supply(hub, pooled_per_group)
@@ -178,29 +183,65 @@ def _task_arcs(
     task_node: np.ndarray,
     slot_of: np.ndarray,
     group_of: np.ndarray,
+    moves: int,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Keep and warm arcs of the open tasks, as (rows in flow_tasks, arc ids, target member)."""
+    """Keep and warm arcs of the open tasks, as (rows in flow_tasks, arc ids, target member).
+    `moves` bounds how many of them move in a placement that keeps the most (warm-ups on)."""
     if problem.warm.caught is not None:
-        return _graded_task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of)
+        return _graded_task_arcs(problem, net, flow_tasks, task_node, slot_of, group_of, moves)
     levels = 1 + problem.warm.most()
     warm_unit = len(flow_tasks) * levels + 1
     keep_unit = len(flow_tasks) * (warm_unit + levels) + 1
     groups = group_of[flow_tasks]
-    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of[groups], keep_unit)]
-    warm_rows, heads, costs, targets = [], [], [], []
-    for i, task in enumerate(flow_tasks.tolist()):
-        ranked = sorted(problem.warm.get(task).items(), key=lambda c: (-c[1], c[0]))
-        for rank, (member, _) in enumerate(ranked):
-            target_slot = int(slot_of[groups[i], member])
-            if target_slot >= 0:
-                warm_rows.append(i)
-                heads.append(target_slot)
-                costs.append(-(warm_unit + levels - 1 - rank))
-                targets.append(member)
-    if warm_rows:
-        arcs = net.arcs(task_node[warm_rows], np.array(heads), 1, cost=np.array(costs))
-        kinds.append((np.array(warm_rows), arcs, np.array(targets)))
+    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of, groups, keep_unit)]
+    ranked = _ranked_holders(problem.warm, flow_tasks, slot_of, groups, graded=False)
+    if len(ranked.rows):
+        costs = -(warm_unit + levels - 1 - ranked.rank)
+        arcs = net.arcs(task_node[ranked.rows], ranked.slots, 1, cost=costs)
+        kinds.append((ranked.rows, arcs, ranked.members))
     return kinds
+
+
+@dataclass(slots=True)
+class _RankedHolders:
+    """Warm arcs of the open tasks, by row in flow_tasks then rank: the holder `members[i]` of
+    task `flow_tasks[rows[i]]`, its slot, its rank among the task's holders (0 the best), and
+    (graded) whether it is caught up and a caught-up previous standby."""
+
+    rows: np.ndarray
+    members: np.ndarray
+    slots: np.ndarray
+    rank: np.ndarray
+    caught: np.ndarray
+    caught_standby: np.ndarray
+
+
+def _ranked_holders(
+    warm: StateHolders, flow_tasks: np.ndarray, slot_of: np.ndarray, groups: np.ndarray, graded: bool
+) -> _RankedHolders:
+    """Every holder of every open task ranked the freshest first, then (graded) a caught-up
+    previous standby (a warm-up that caught up), then the lowest member id; those without a
+    slot (not eligible, or no room) are left out after ranking. All at once with numpy."""
+    if len(flow_tasks) == 0:
+        at = np.zeros(0, np.int64)
+    else:
+        position = np.minimum(np.searchsorted(flow_tasks, warm.tasks), len(flow_tasks) - 1)
+        at = np.nonzero(flow_tasks[position] == warm.tasks)[0]
+    rows = np.searchsorted(flow_tasks, warm.tasks[at])
+    members = warm.members[at]
+    fresh = warm.fresh[at]
+    if fresh.dtype == object:  # exact sums past 2**52: their order, as int64 ranks
+        fresh = np.unique(fresh, return_inverse=True)[1].reshape(-1)
+    no = np.zeros(len(at), bool)
+    caught = warm.caught[at] if graded and warm.caught is not None else no
+    caught_standby = caught & warm.standby[at] if graded and warm.standby is not None else no
+    order = np.lexsort((members, ~caught_standby, -fresh, rows))
+    rows, members, caught, caught_standby = rows[order], members[order], caught[order], caught_standby[order]
+    starts = np.r_[0, np.nonzero(np.diff(rows))[0] + 1] if len(rows) else np.zeros(0, np.int64)
+    rank = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+    slots = slot_of[groups[rows], members]
+    ok = slots >= 0
+    return _RankedHolders(rows[ok], members[ok], slots[ok], rank[ok], caught[ok], caught_standby[ok])
 
 
 def _keep_arcs(
@@ -208,13 +249,13 @@ def _keep_arcs(
     net: FlowNetwork,
     flow_tasks: np.ndarray,
     task_node: np.ndarray,
-    task_slots: np.ndarray,
+    slot_of: np.ndarray,
+    groups: np.ndarray,
     keep_unit: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """An arc from each open task that has an owner to its owner's slot, worth `keep_unit`."""
     owner = problem.owner[flow_tasks]
-    rows = np.arange(len(flow_tasks))
-    own_slot = np.where(owner >= 0, task_slots[rows, np.maximum(owner, 0)], -1)
+    own_slot = np.where(owner >= 0, slot_of[groups, np.maximum(owner, 0)], -1)
     rows = np.nonzero(own_slot >= 0)[0]
     return rows, net.arcs(task_node[rows], own_slot[rows], 1, cost=-keep_unit), owner[rows]
 
@@ -231,57 +272,115 @@ def _graded_task_arcs(
     task_node: np.ndarray,
     slot_of: np.ndarray,
     group_of: np.ndarray,
+    moves: int,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """With warm-ups on: keep, then warm, then onto a caught-up member, lexicographically;
-    then the freshest holder (among equally fresh ones, a caught-up previous standby: a
-    warm-up that caught up), then a fixed tie weight per (task, member).
+    """With warm-ups on (contract W1): keep, then onto a caught-up member, then onto a member
+    holding the state, lexicographically; then the freshest holder (among equally fresh ones,
+    a caught-up previous standby: a warm-up that caught up), then a fixed tie weight per
+    (task, member).
 
-    The caught-up tier makes the target move a task now (to a caught-up member) rather
-    than later where the counts allow either; the standby preference and the tie weights
-    make equal choices come out the same in every round (W5). When the units would not
-    fit OR-Tools' cost range, the tie weights get coarser, then the caught-up tier goes
-    (the warm count still holds).
+    One more task on a caught-up member outweighs any number more on members that hold the
+    state but are not caught up (caught-up members hold it too: their lag is finite). The
+    standby preference and the tie weights make equal choices come out the same in every
+    round (W5). When the units would not fit OR-Tools' cost range, the tie weights get
+    coarser, then the freshness goes, then the state-holding tier (the caught-up tier,
+    which W1 ranks first, still holds).
     """
-    n = len(flow_tasks)
     levels = 1 + problem.warm.most()
-    nodes = net.node_count + 1
-    for bits in TIE_BITS:
-        score = (2 * levels) << bits  # per arc: freshness rank and standby, then the tie weight
-        caught_unit = n * score + 1
-        warm_unit = n * (caught_unit + score) + 1
-        keep_unit = n * (warm_unit + caught_unit + score) + 1
-        if keep_unit * nodes < COST_LIMIT:
-            break
-    else:
-        bits, caught_unit = 0, 0
-        warm_unit = n * 2 * levels + 1
-        keep_unit = n * (warm_unit + 2 * levels) + 1
+    keep_unit, caught_unit, warm_unit, bits, fine = _graded_units(moves, 2 * levels, net.node_count + 1)
     groups = group_of[flow_tasks]
-    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of[groups], keep_unit)]
-    warm_rows, heads, targets, preference, caught = [], [], [], [], []
-    for i, task in enumerate(flow_tasks.tolist()):
-        # The freshest first; among equally fresh, a caught-up previous standby (a warm-up that
-        # caught up). Across tasks, at equal rank, a move onto one wins (+1): the warm-up takes its
-        # task rather than another the counts would equally allow. A standby not caught up gets no
-        # preference: the last round put plain standbys by its actives, and preferring them would
-        # change which task a held move takes when nothing else changed (W5).
-        graded = [(m, fresh, up, standby and up) for m, fresh, up, standby in problem.warm.graded(task)]
-        ranked = sorted(graded, key=lambda c: (-c[1], not c[3], c[0]))
-        for rank, (member, _, is_caught, was_standby) in enumerate(ranked):
-            target_slot = int(slot_of[groups[i], member])
-            if target_slot >= 0:
-                warm_rows.append(i)
-                heads.append(target_slot)
-                targets.append(member)
-                preference.append(2 * (levels - 1 - rank) + was_standby)
-                caught.append(is_caught)
-    if warm_rows:
-        rows_array, members = np.array(warm_rows), np.array(targets)
-        tie = tie_weights(flow_tasks[rows_array], members, bits)
-        cost = warm_unit + caught_unit * np.array(caught, np.int64) + (np.array(preference) << bits) + tie
-        arcs = net.arcs(task_node[rows_array], np.array(heads), 1, cost=-cost)
-        kinds.append((rows_array, arcs, members))
+    kinds = [_keep_arcs(problem, net, flow_tasks, task_node, slot_of, groups, keep_unit)]
+    # The freshest first; among equally fresh, a caught-up previous standby (a warm-up that
+    # caught up). Across tasks, at equal rank, a move onto one wins (+1): the warm-up takes its
+    # task rather than another the counts would equally allow. A standby not caught up gets no
+    # preference: the last round put plain standbys by its actives, and preferring them would
+    # change which task a held move takes when nothing else changed (W5).
+    ranked = _ranked_holders(problem.warm, flow_tasks, slot_of, groups, graded=True)
+    if len(ranked.rows):
+        preference = 2 * (levels - 1 - ranked.rank) + ranked.caught_standby
+        tie = tie_weights(flow_tasks[ranked.rows], ranked.members, bits)
+        preferred = (preference << bits) + tie if fine else 0
+        cost = warm_unit + caught_unit * ranked.caught.astype(np.int64) + preferred
+        arcs = net.arcs(task_node[ranked.rows], ranked.slots, 1, cost=-cost)
+        kinds.append((ranked.rows, arcs, ranked.members))
     return kinds
+
+
+def _moves_bound(
+    problem: ActiveProblem,
+    residual: _Residual,
+    flow_tasks: np.ndarray,
+    pooled: np.ndarray,
+    group_of: np.ndarray,
+) -> int:
+    """How many open tasks move in a placement that keeps the most (at least 1).
+
+    Kept counts depend only on how many tasks each member gets per group (it keeps
+    min(held, count)), so a small flow over (group, member) counts finds the most. Should it
+    fail, a bound: each owner keeps at least min(held, lo) of its open tasks in a group (were
+    it to keep fewer, it would hold another's task there, as its count is at least lo, and
+    swapping that one for one of its own would keep one more).
+    """
+    groups, members = residual.lo.shape
+    owner = problem.owner[flow_tasks]
+    owned = owner >= 0
+    pair = group_of[flow_tasks[owned]] * members + owner[owned]
+    held = np.bincount(pair, minlength=groups * members).reshape(groups, members)
+    tasks = np.bincount(group_of[np.concatenate([flow_tasks, pooled])], minlength=groups)
+    kept = _most_kept(residual, held, tasks)
+    if kept is None:
+        kept = int(np.minimum(held, residual.lo).sum())
+    return max(len(flow_tasks) - kept, 1)
+
+
+def _most_kept(residual: _Residual, held: np.ndarray, tasks: np.ndarray) -> int | None:
+    """The most open tasks their owners can keep: per (group, member), counts within the
+    residual bounds, the extras above lo worth one where they let an owner keep a task."""
+    lo, hi = residual.lo, np.maximum(residual.hi, residual.lo)
+    base = lo.sum(axis=0)
+    net = FlowNetwork()
+    (sink,) = net.nodes(1)
+    group_node, member_node = net.nodes(len(tasks)), net.nodes(lo.shape[1])
+    extra = tasks - lo.sum(axis=1)
+    net.supply(group_node, extra)
+    net.supply([sink], [-int(extra.sum())])
+    g, m = np.nonzero(hi > lo)
+    gain = np.minimum(held, hi)[g, m] - np.minimum(held, lo)[g, m]
+    keeps = net.arcs(group_node[g], member_node[m], gain, cost=-1)
+    net.arcs(group_node[g], member_node[m], hi[g, m] - lo[g, m] - gain)
+    upper = residual.total_hi - base
+    net.arcs(member_node, np.full(len(base), sink), upper, lower=np.maximum(residual.total_lo - base, 0))
+    flows = net.solve()
+    if flows is None:
+        return None
+    return int(np.minimum(held, lo).sum() + flows[keeps].sum())
+
+
+def _graded_units(moves: int, ranks: int, nodes: int) -> tuple[int, int, int, int, bool]:
+    """(keep, caught-up, warm units, tie-weight bits, whether freshness and ties count).
+
+    Each tier's unit exceeds what the moved tasks together can gain from the tiers below it
+    (a kept task gains nothing there): `score` bounds one arc's freshness rank and tie
+    weight; among placements that keep the most, at most `moves` tasks move, so
+    `warm_unit` > moves x score and `caught_unit` > moves x (warm_unit + score); one keep
+    fewer lets at most one more task move (per keep lost), so `keep_unit` > (moves + 1) x
+    (caught_unit + warm_unit + score) outweighs it. OR-Tools multiplies costs by the node
+    count, so keep_unit x nodes must stay below COST_LIMIT; the finest tie weights that fit
+    are used.
+    """
+    for bits in TIE_BITS:
+        score = ranks << bits  # per arc: freshness rank and standby, then the tie weight
+        warm_unit = moves * score + 1
+        caught_unit = moves * (warm_unit + score) + 1
+        keep_unit = (moves + 1) * (caught_unit + warm_unit + score) + 1
+        if keep_unit * nodes < COST_LIMIT:
+            return keep_unit, caught_unit, warm_unit, bits, True
+    warm_unit = 1  # no freshness, no ties: kept, then caught up, then holding state
+    caught_unit = moves * warm_unit + 1
+    keep_unit = (moves + 1) * (caught_unit + warm_unit) + 1
+    if keep_unit * nodes < COST_LIMIT:
+        return keep_unit, caught_unit, warm_unit, 0, False
+    return moves + 2, 1, 0, 0, False  # kept, then caught up
 
 
 def _place_unbounded(

@@ -1,9 +1,10 @@
 """One canonical target among the equally good ones (used with warm-ups on).
 
-The active placement (actives.py) is exact in what it optimises (kept, then warm, then
-freshest), but among equally good assignments the solver picks one arbitrarily, and
-a slightly different network (the next round's, where held tasks are owned by their
-holders and warm-ups have caught up) may make it pick another. With warm-ups that
+The active placement (actives.py) is exact in what it optimises (kept, then moved onto
+caught-up members, then onto state holders, then freshest), but among equally good
+assignments the solver picks one arbitrarily, and a slightly different network (the
+next round's, where held tasks are owned by their holders and warm-ups have caught up)
+may make it pick another. With warm-ups that
 would move pending targets from round to round (W5 says the target stays).
 
 So the solver's answer is rewritten into a canonical one of the same value: its
@@ -16,8 +17,9 @@ weights per (task, member); the rest go, sorted, to the receivers in (group, mem
 order. Removing a completed
 move from a round then leaves every other choice as it was.
 
-The result has the same kept count, and no more warm moves (it would then beat an
-optimum), so the same warm moves: it is as good as the solver's.
+The result has the same kept count, and no more moves onto caught-up members or other
+state holders (it would then beat an optimum; caught-up members hold the state), so the
+same such moves: it is as good as the solver's.
 """
 
 from __future__ import annotations

@@ -69,14 +69,6 @@ class StateHolders:
         a, b = np.searchsorted(self.tasks, [task, task + 1]).tolist()
         return dict(zip(self.members[a:b].tolist(), self.fresh[a:b].tolist(), strict=True))
 
-    def graded(self, task: int) -> list[tuple[int, int, bool, bool]]:
-        """(member, freshness, caught up, was a standby) of the holders of `task` (warm-ups on)."""
-        a, b = np.searchsorted(self.tasks, [task, task + 1]).tolist()
-        no = [False] * (b - a)
-        caught = self.caught[a:b].tolist() if self.caught is not None else no
-        standby = self.standby[a:b].tolist() if self.standby is not None else no
-        return list(zip(self.members[a:b].tolist(), self.fresh[a:b].tolist(), caught, standby, strict=True))
-
     def holds(self, tasks: np.ndarray, members: np.ndarray, member_count: int) -> np.ndarray:
         """Element-wise: does `members[i]` hold the state of `tasks[i]`?"""
         return np.isin(tasks * member_count + members, self.tasks * member_count + self.members)

@@ -84,7 +84,10 @@ class FlatPartitions:
     def of(cls, names: list[str], lists: list[list[int]], flat: list[int]) -> FlatPartitions:
         if len(names) < EAGER_ARRAYS:
             return cls(names, lists, flat)
-        lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+        if len(flat) == len(lists) and all(lists):  # one partition each (many lone topics)
+            lengths = np.ones(len(lists), np.int64)
+        else:
+            lengths = np.fromiter(map(len, lists), np.int64, len(lists))
         return cls(names, lists, flat, lengths, np.array(flat, np.int64))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
