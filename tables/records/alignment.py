@@ -64,6 +64,10 @@ COMPACT_AT = 1024
 # (--batch 300 to 4000); the results hardly depend on SORT_DUE_AT.
 SORT_BATCH_AT = 16
 SORT_DUE_AT = 4
+# held_runs' bounds: it runs for each partition of every batch, and what it returns is
+# written with the state (16 bytes a run).
+MAX_RUN_SCAN = 4096
+MAX_RUNS = 64
 
 
 @dataclass
@@ -350,6 +354,39 @@ class Aligner(Generic[Item]):
             if first is not None:
                 firsts[topic] = first
         return firsts
+
+    def held_runs(self, partition: int, topic: str) -> list[tuple[int, int]]:
+        """The offsets of `topic` held for the partition, as inclusive (first, last) runs in
+        ascending order (what a batch has not joined yet: tables/records/positions.py).
+        Cheap for what is usual (nothing held, or one unbroken run: the offsets released
+        behind the first held are counted in `gone`); otherwise exact for up to
+        MAX_RUN_SCAN held offsets and MAX_RUNS runs, beyond that one run from the first held
+        to the last (records in between released already are then joined again, and the
+        operator counts them as duplicates)."""
+        state = self._partitions.get(partition)
+        source = state.inputs.get(topic) if state is not None else None
+        if source is None or source.first_held() is None:
+            return []
+        offsets, start, gone = source.offsets, source.start, source.gone
+        first, last = offsets[start], offsets[-1]
+        if not gone and last - first + 1 == len(offsets) - start:
+            return [(first, last)]
+        if len(offsets) - start > MAX_RUN_SCAN:
+            return [(first, last)]
+        left = dict(gone)
+        runs: list[tuple[int, int]] = []
+        for offset in itertools.islice(offsets, start, None):
+            count = left.get(offset)
+            if count:
+                left[offset] = count - 1
+                continue
+            if runs and runs[-1][1] + 1 >= offset:
+                runs[-1] = (runs[-1][0], max(runs[-1][1], offset))
+            else:
+                runs.append((offset, offset))
+        if len(runs) > MAX_RUNS:
+            return [(runs[0][0], runs[-1][1])]
+        return runs
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition (revoked): its records are read again by its next owner."""

@@ -7,14 +7,16 @@ ones become dead letters, null values are counted), holds the good ones in the a
 across the join's inputs. It pauses an input the aligner holds too much of (left out of
 fetches) and keeps what was already fetched of it aside, unchecked, until it is resumed.
 It knows, per input partition, the next offset to read and the offset Faust may commit:
-never past a record still held.
+never past a record still held. Records read again that the partition's state already holds
+(after a restart, a takeover or a rebalance: tables/records/positions.py) are skipped and
+counted as re-reads.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from faust.types import TP, AppT
@@ -24,6 +26,7 @@ from tables.operators.base import Event, Side
 from tables.records.alignment import Aligner
 from tables.records.codecs import DROPPED, Rejected, SideCodec, key_check, value_form
 from tables.records.partitioners import find_misplaced, misplaced_reason
+from tables.records.positions import InputPosition
 from tables.runtime.stats import JoinStats
 from tables.settings import RuntimeSettings
 from tables.spec import JoinInput, JoinSpec
@@ -62,6 +65,9 @@ class Intake:
         self.deferred: Fetch = {}
         self.read_next: dict[TP, int] = {}  # after the last record taken into a batch
         self.commit_at: dict[TP, int] = {}  # what Faust may commit
+        # How far the state had taken each input partition when it was handed to this task:
+        # records below that it holds are re-reads (dropped while the fetches reach it).
+        self.resume: dict[TP, InputPosition] = {}
         # Values built on arrival (checked and validated) in this batch, by the id of their
         # bytes, with the bytes kept alive: a result takes one instead of building it again.
         self.built: dict[int, tuple[bytes, Any]] = {}
@@ -88,6 +94,10 @@ class Intake:
                     records = [r for r in records if r.offset >= done]
                     if not records:
                         continue
+                if tp in self.resume and fetch is not resumed:
+                    records = self._skip_rereads(tp, records)
+                    if not records:
+                        continue
                 upto[tp] = records[-1].offset + 1
                 if fetch is not resumed and (tp in self.ahead or tp in self.deferred):
                     self.deferred.setdefault(tp, []).extend(records)  # after those deferred before
@@ -95,6 +105,45 @@ class Intake:
                 kept[tp] = records
             taken.append(kept)
         return taken
+
+    def _skip_rereads(self, tp: TP, records: list[InputRecord]) -> list[InputRecord]:
+        """`records` without those the state already holds (counted as re-reads); the resume
+        point is dropped once the reads have passed it."""
+        position = self.resume[tp]
+        if records[-1].offset + 1 >= position.read_next:
+            del self.resume[tp]
+        if records[0].offset >= position.read_next:
+            return records
+        done = position.done
+        kept = [r for r in records if not done(r.offset)]
+        skipped = len(records) - len(kept)
+        if skipped:
+            rereads = self.stats.rereads
+            rereads[tp.partition] = rereads.get(tp.partition, 0) + skipped
+        if not kept:  # all done: read past them (the commit moves on with the next batch)
+            self.read_next[tp] = max(self.read_next.get(tp, 0), records[-1].offset + 1)
+        return kept
+
+    def positions(self, partition: int) -> dict[str, bytes]:
+        """Input topic -> how far the partition has been taken (InputPosition, encoded): to be
+        written with the state of a batch that released the partition's records. Not for an
+        input still below its resume point: the position the state has stays right."""
+        found: dict[str, bytes] = {}
+        for topic in self.spec.input_topics:
+            tp = TP(topic, partition)
+            read = self.read_next.get(tp)
+            if read is not None and tp not in self.resume:
+                found[topic] = InputPosition(read, tuple(self.aligner.held_runs(partition, topic))).encode()
+        return found
+
+    def resume_from(self, partition: int, positions: Mapping[str, bytes]) -> None:
+        """The partition's state has taken its inputs this far (its `positions`): records
+        read again below are re-reads."""
+        for topic, raw in positions.items():
+            position = InputPosition.decode(raw)
+            tp = TP(topic, partition)
+            if position is not None and tp.topic in self.sides:
+                self.resume[tp] = position
 
     def check(self, tp: TP, records: list[InputRecord], letters: list[Letter]) -> None:
         """Check a partition's fetched records (in offset order): the good ones are held by
@@ -234,6 +283,8 @@ class Intake:
         for tp in [tp for tp in self.read_next if tp.partition not in active]:
             self.read_next.pop(tp, None)
             self.commit_at.pop(tp, None)
+        for tp in [tp for tp in self.resume if tp.partition not in active]:
+            del self.resume[tp]
         self.note_ahead()
 
     def input_lag(self, partition: int) -> int | None:

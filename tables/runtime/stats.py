@@ -83,6 +83,9 @@ class JoinStats:
 
     read: dict[str, int] = field(default_factory=lambda: {"left": 0, "right": 0})
     null_values: dict[str, int] = field(default_factory=lambda: {"left": 0, "right": 0})
+    # Records read again that the state already held (a restart, a takeover, a rebalance), by
+    # partition: expected, and skipped (tables/records/positions.py).
+    rereads: dict[int, int] = field(default_factory=dict)
     dead_letters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
     results: int = 0
     unmatched: int = 0  # of `results`: a record without a partner (left, right, outer joins)

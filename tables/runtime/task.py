@@ -276,7 +276,7 @@ class JoinTask:
         intake.built = {}
         await self.collector.send(letters)
         producer = producer_of(self.app)
-        await asyncio.gather(*(state.commit(p, producer) for p in processed))
+        await asyncio.gather(*(state.commit(p, producer, intake.positions(p)) for p in processed))
         intake.batch_done(touched | set(processed))
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
@@ -309,6 +309,9 @@ class JoinTask:
         restart |= {tp: offset for tp, offset in commit_at.items() if tp not in restart}
         self._dropped_from = {}
         await self._rewind({tp: o for tp, o in restart.items() if tp.partition in active})
+        for partition in moves.kept:  # read again from the first record held: some after it are done
+            if partition in self.state.ready:
+                self.intake.resume_from(partition, self.state.positions(partition))
         self.rebalances += 1
         self.rebalance = rebalance_of(moves, epoch)
         self.rebalance_history.append(self.rebalance)
@@ -327,6 +330,8 @@ class JoinTask:
 
     def _ready(self, partition: int) -> None:
         self.held_back -= {TP(t, partition) for t in self.spec.input_topics}
+        if self.state is not None:  # read from the group's committed offset: what the state holds is done
+            self.intake.resume_from(partition, self.state.positions(partition))
 
     async def quiesce(self) -> None:
         """Before a revocation or a stop: finish the batch in flight, then drop what is

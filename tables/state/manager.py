@@ -5,7 +5,7 @@ or replicates (standby), restored and tailed from the join's changelog.
     moves = await state.assign(active={0, 1}, standby={2}, warmup={3})  # opens, closes; tails 2, 3
     await state.restore(moves.to_restore, on_ready)          # background: one partition at a time ready
     state.active(0).operator.process_many(...)               # the operator of an active partition
-    await state.commit(0, producer)                           # changelog, then state + checkpoint
+    await state.commit(0, producer, positions)                # changelog, then state + checkpoint
     state.local_offsets()                                     # {partition: checkpoint} of the files on disk
 
 Partition p of the changelog belongs to task p (same number as the inputs). A
@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,13 +164,22 @@ class JoinState:
 
     # -- processing --------------------------------------------------------------
 
-    async def commit(self, partition: int, producer: AIOKafkaProducer) -> int | None:
+    async def commit(
+        self, partition: int, producer: AIOKafkaProducer, positions: Mapping[str, bytes] | None = None
+    ) -> int | None:
         """Changelog records of the partition's batch, then its state + checkpoint in one
         RocksDB batch. Call after the batch's results are acknowledged and before its
-        input offsets are committed."""
+        input offsets are committed. `positions`: input topic -> how far the batch has taken
+        it (tables/records/positions.py), kept with the state."""
         return await self.partitions[partition].commit(
-            producer, self.changelog, partition, self.send_batch_bytes
+            producer, self.changelog, partition, self.send_batch_bytes, positions
         )
+
+    def positions(self, partition: int) -> dict[str, bytes]:
+        """Input topic -> how far the partition's state has taken it (as its last commit or
+        its restore left it); empty for a partition not held here."""
+        state = self.partitions.get(partition)
+        return state.positions() if state is not None else {}
 
     def discard(self, partition: int) -> None:
         """Drop what a batch applied but did not commit (its input is read again)."""

@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from assignor.faust_adapter import clients
 from assignor.faust_adapter.clients import Settings
-from tables.state.partition import StatePartition
+from tables.state.partition import POSITION, StatePartition
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +203,13 @@ class Recovery:
     def _apply(self, partition: int, records: list[ConsumerRecord]) -> None:
         state = self.partitions[partition]
         operator = state.operator
+        restore = operator.restore
         for applied, record in enumerate(records, 1):
-            operator.restore(record.key, record.value)
+            key = record.key
+            if key.startswith(POSITION):
+                state.restore(key, record.value)  # the state's own record (how far the inputs are)
+            else:
+                restore(key, record.value)
             if applied % FLUSH_RECORDS == 0:
                 state.write(record.offset)
         if records:

@@ -279,7 +279,7 @@ def _joins_table(workers: list[dict[str, Any]]) -> str:
     """Each join's counters, over the workers answering (since each one's start)."""
     head = [
         "join", "kind", "how", "records read", "results", "unmatched", "input lag", "dead letters",
-        "late", "duplicates", "null values", "held",
+        "late", "duplicates", "read again", "null values", "held",
     ]  # fmt: skip
     totals: dict[str, dict[str, Any]] = {}
     for w in workers:
@@ -288,7 +288,8 @@ def _joins_table(workers: list[dict[str, Any]]) -> str:
             for field, value in (
                 ("read", sum(j["read"].values())), ("results", j["results"]), ("unmatched", j["unmatched"]),
                 ("lag", sum(v or 0 for v in j["lag"].values())), ("late", j["late"]),
-                ("duplicates", j["duplicates"]), ("nulls", sum(j["null_values"].values())),
+                ("duplicates", j["duplicates"]), ("rereads", j.get("rereads", 0)),
+                ("nulls", sum(j["null_values"].values())),
                 ("held", j["held"]),
             ):  # fmt: skip
                 found["n"][field] = found["n"].get(field, 0) + value
@@ -298,7 +299,7 @@ def _joins_table(workers: list[dict[str, Any]]) -> str:
         "<tr>" + _td(name) + _td(t["kind"]) + _td(t["how"])
         + "".join(_td(t["n"][f], True) for f in ("read", "results", "unmatched", "lag"))
         + _td(t["dead"] or 0)
-        + "".join(_td(t["n"][f], True) for f in ("late", "duplicates", "nulls", "held"))
+        + "".join(_td(t["n"][f], True) for f in ("late", "duplicates", "rereads", "nulls", "held"))
         + "</tr>"
         for name, t in sorted(totals.items())
     ]  # fmt: skip

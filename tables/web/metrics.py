@@ -75,7 +75,12 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "tandem_duplicate_records": (
         "counter",
         ("join", "partition"),
-        "Records recognised as duplicates, per active partition",
+        "Records whose declared id the state already held (a producer's duplicates), per active partition",
+    ),
+    "tandem_reread_records": (
+        "counter",
+        ("join", "partition"),
+        "Records read again that the state already held (restarts, takeovers, rebalances): skipped",
     ),
     "tandem_held_records": ("gauge", ("join",), "Records held for event-time alignment"),
     "tandem_forced_records": ("counter", ("join",), "Records released before their turn (alignment cap)"),
@@ -291,6 +296,7 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
             counts = state.active(partition).operator.counters()
             f.add("tandem_late_records", [name, partition], counts.get("late", 0))
             f.add("tandem_duplicate_records", [name, partition], counts.get("duplicates", 0))
+        f.add("tandem_reread_records", [name, partition], task.stats.rereads.get(partition, 0))
         progress = state.recovery.progress.get(partition)
         if progress is not None:
             f.add("tandem_restore_records_restored", [name, partition], progress.restored)

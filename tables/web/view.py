@@ -98,6 +98,8 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         "deferred": sum(map(len, intake.deferred.values())),
         "late": counts.get("late", 0),
         "duplicates": counts.get("duplicates", 0),
+        # Records read again that the state already held (restarts, rebalances): not duplicates.
+        "rereads": sum(stats.rereads.values()),
         "operator_counters": counts,  # every counter of the join's kind (e.g. late_updates)
         "handler_restarts": stats.handler_restarts,
         # Faust messages the handler queued (its tables' changelogs), produced with its output.
@@ -230,6 +232,7 @@ def render_html(view: dict[str, Any]) -> str:
                 "late / duplicates / null values",
                 f"{j['late']} / {j['duplicates']} / {sum(j['null_values'].values())}",
             ],
+            ["read again, already joined (since start)", j.get("rereads", 0)],
             ["operator counters", j.get("operator_counters") or "none"],
             ["held for event-time order", j["held"]],
             ["paused (ahead in event time)", ", ".join(j.get("paused") or []) or "none"],
