@@ -11,16 +11,29 @@ good record with the same event time and id.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from pipeline.apps import JoinRef
+from pipeline.inputs import RAW_COLUMNS, RAW_SCHEMA
 from tables.records.codecs import DROPPED
 from tables.records.partitioners import find_misplaced, misplaced_reason
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 # The fate of an input record before the join.
 ACCEPTED, NULL, DEAD = "accepted", "null_value", "dead_letter"
+# The input layout and what the checks found: the side, the status, a dead letter's category
+# and reason, an accepted record's event time and id.
+CHECKED_SCHEMA = (
+    RAW_SCHEMA + ", side string, status string, category string, reason string, ts long, rid binary"
+)
+_TYPES = {"side": pa.string(), "status": pa.string(), "category": pa.string(), "reason": pa.string(),
+          "ts": pa.int64(), "rid": pa.binary()}  # fmt: skip
 
 
 @dataclass
@@ -88,3 +101,36 @@ class Checker:
             for m in find_misplaced([keys[i] for i in rows], partition, count, self.partitioner):  # type: ignore[arg-type]
                 found[rows[m.index]] = m.expected
         return found
+
+
+def check_batches(
+    ref: JoinRef, partitions: int | None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The checks as mapInArrow takes them: each batch of the input layout with CHECKED_SCHEMA's
+    columns added (the checker is made in the Python worker)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        checker = Checker(ref, partitions)
+        spec = ref.spec()
+        sides = {spec.left.name: "left", spec.right.name: "right"}
+        for batch in batches:
+            found = checker.check(batch)
+            columns = {
+                "side": [sides[t] for t in batch.column("topic").to_pylist()],
+                "status": found.status,
+                "category": found.category,
+                "reason": found.reason,
+                "ts": found.ts,
+                "rid": found.rid,
+            }
+            arrays = [batch.column(name) for name in RAW_COLUMNS]
+            arrays += [pa.array(values, type=_TYPES[name]) for name, values in columns.items()]
+            yield pa.RecordBatch.from_arrays(arrays, names=[*RAW_COLUMNS, *columns])
+
+    return run
+
+
+def checked(raw: DataFrame, ref: JoinRef, partitions: int | None) -> DataFrame:
+    """Every input record checked as the stream checks it (CHECKED_SCHEMA): in parallel over
+    the input, in no particular order (a record's check depends on nothing else)."""
+    return raw.mapInArrow(check_batches(ref, partitions), CHECKED_SCHEMA)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pipeline.apps import JoinRef, app_bootstrap
+from pipeline.checks import checked
 from pipeline.inputs import (
     Parquet,
     Source,
@@ -57,10 +58,17 @@ class TwinOutput:
 
     ref: JoinRef
     partitions: int | None  # the inputs' partition count (the partition check), None if unknown
+    checked: DataFrame  # every input record as the stream's checks left it (pipeline/checks.py)
     records: DataFrame  # every input record with its fate (`status`), the kind's columns
     raw_results: DataFrame  # pipeline.twins.RAW_RESULTS
     results: DataFrame  # typed (module docstring)
     counters: tuple[str, ...]  # statuses the stream's operator counts
+
+    def unpersist(self) -> None:
+        """Free what the twin keeps for its several uses (its records and raw results)."""
+        self.checked.unpersist()
+        self.records.unpersist()
+        self.raw_results.unpersist()
 
     @property
     def dead_letters(self) -> DataFrame:
@@ -127,10 +135,16 @@ def run_twin(
         raw, partitions = raw_input(spark, ref, source)
     else:
         raw = source
+    from pyspark import StorageLevel
+
     spec = ref.spec()
-    kind: KindTwin = kind_module(spec.kind.name).twin(spark, ref, raw, partitions)
-    results = kind.results.mapInArrow(Finisher.run(ref), result_schema(ref))
-    return TwinOutput(ref, partitions, kind.records, kind.results, results, kind.counters)
+    module = kind_module(spec.kind.name)  # before any work: an unknown kind says so at once
+    # The checks run Python over every record: once (the kind's ordering samples them too).
+    checks = checked(raw, ref, partitions).persist(StorageLevel.MEMORY_AND_DISK)
+    kind: KindTwin = module.twin(spark, ref, checks, partitions)
+    raw_results = kind.results.persist(StorageLevel.MEMORY_AND_DISK)  # typed results and counts read it
+    results = raw_results.mapInArrow(Finisher.run(ref), result_schema(ref))
+    return TwinOutput(ref, partitions, checks, kind.records, raw_results, results, kind.counters)
 
 
 def join_frame(spark: SparkSession, app: str, join: str | None, source: Source | DataFrame) -> DataFrame:

@@ -107,6 +107,29 @@ def record_type(model: type[Record]) -> tuple[DataType, Convert]:
     return T.StructType(fields), to_struct
 
 
+def _plain_record(model: type[Record]) -> Callable[[bytes], Any]:
+    """The struct of a plain record (`RecordForm._plain`: fields of JSON types, checked on
+    arrival) straight from its JSON, as the record would hold it: a field's default where
+    it is null or missing; strs, bools, lists and dicts as decoded."""
+    fields = []
+    for name, annotation in model._options.fields.items():
+        _, convert = column_type(annotation)
+        fields.append((name, model._options.defaults.get(name), None if convert is _string else convert))
+    loads = orjson.loads
+
+    def to_struct(raw: bytes) -> dict[str, Any]:
+        found = loads(raw)
+        out = {}
+        for name, default, convert in fields:
+            value = found.get(name)
+            if value is None:
+                value = default
+            out[name] = value if convert is None else convert(value)
+        return out
+
+    return to_struct
+
+
 @dataclass(frozen=True)
 class Typed:
     """How one side's raw key or value bytes become a typed column value."""
@@ -141,6 +164,8 @@ def value_typed(codec: SideCodec, value_type: Any) -> Typed:
         return Typed(T.StringType(), lambda raw: raw.decode())
     if type(form) is RecordForm:
         kind, convert = record_type(form.model)
+        if form._plain:  # checked on arrival: its JSON object is the record, defaults aside
+            return Typed(kind, _plain_record(form.model))
         stored = codec.value
         return Typed(kind, lambda raw: convert(stored(raw)))
     kind, convert = column_type(value_type) if value_type is not None else (T.StringType(), _string)

@@ -150,7 +150,7 @@ def test_reconcile_sorts_every_difference_into_its_category(spark: SparkSession,
         mutated[2] = (k, (p + 1) % PARTITIONS, {**v, "partition": (p + 1) % PARTITIONS})  # normal[3], moved
         mutated.append((b"nope", 0, {"partition": 0, "ts": 1, "fingerprint": "00" * 16, "writer": "w.1"}))
         different = judge("audit-mutated", mutated)
-    twin.records.unpersist()
+    twin.unpersist()
 
     assert faithful.results == {"matched": len(audit), "missing": 0, "late_by_stream_only": 0, "spurious": 0,
                                 "redelivered": 0, "repeated": 0, "misplaced": 0}  # fmt: skip

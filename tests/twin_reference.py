@@ -100,7 +100,7 @@ def outcome_of(output: TwinOutput) -> Outcome:
         records = output.records.collect()
         results = output.results.select("partition", "fingerprint", "ts").collect()
     finally:
-        output.records.unpersist()
+        output.unpersist()
     out = Outcome(Counter((r["partition"], r["fingerprint"], r["ts"]) for r in results), [],
                   {"left": 0, "right": 0}, {})  # fmt: skip
     names = {"late": "late", "duplicate": "duplicates"}

@@ -1,9 +1,11 @@
 """The batch twin of each join kind: one module per `JoinKind.name`.
 
-A kind's module has `twin(spark, ref, raw, partitions) -> KindTwin`: from the raw input
-records (pipeline/inputs.py's layout) to every record's fate and the join's results as raw
-bytes with their inputs' identities; pipeline/twin.py does the rest for every kind (typed
-columns, fingerprints, dead letters, counts). It may also have `late_prone(records, spec)`:
+A kind's module has `twin(spark, ref, checked, partitions) -> KindTwin`: from the input
+records as the stream's checks left them (pipeline/checks.py: dead letters, null values, and
+the accepted records with their event time and id; the same for every kind, as the worker's
+intake is) to every record's fate and the join's results as raw bytes with their inputs'
+identities; pipeline/twin.py does the rest for every kind (typed columns, fingerprints, dead
+letters, counts). It may also have `late_prone(records, spec)`:
 the accepted records the stream may have read late (reconcile's `late_by_stream_only`).
 
 A new kind's twin is a module here and a line in `KINDS`; nothing else changes.

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pipeline.apps import JoinRef
-from pipeline.checks import ACCEPTED, Checker
-from pipeline.inputs import RAW_COLUMNS
+from pipeline.checks import ACCEPTED, CHECKED_SCHEMA
 from pipeline.twins import KindTwin
 from tables.operators.windowed import JoinType, JoinWindow, WindowedKind
 from tables.spec import JoinSpec
@@ -42,19 +41,9 @@ from tables.spec import JoinSpec
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-RECORDS_SCHEMA = (
-    "topic string, partition int, offset long, timestamp long, key binary, value binary, seq long, "
-    "side string, status string, category string, reason string, ts long, rid binary, st_before long"
-)
-_OUT_TYPES = {
-    "side": pa.string(),
-    "status": pa.string(),
-    "category": pa.string(),
-    "reason": pa.string(),
-    "ts": pa.int64(),
-    "rid": pa.binary(),
-    "st_before": pa.int64(),
-}
+# The checked records (pipeline/checks.py) with each one's fate in the join (`status`: late,
+# duplicate) and the stream time before it.
+RECORDS_SCHEMA = CHECKED_SCHEMA + ", st_before long"
 
 
 def window_of(spec: JoinSpec) -> tuple[JoinWindow, JoinType]:
@@ -63,7 +52,7 @@ def window_of(spec: JoinSpec) -> tuple[JoinWindow, JoinType]:
     return kind.window, kind.join_type
 
 
-def arrival_order(raw: DataFrame, spec: JoinSpec) -> list[Column]:
+def arrival_order(spec: JoinSpec) -> list[Column]:
     """The sort of a partition's records in arrival order (docs/pipeline.md): `seq` first (a
     partition whose records carry none falls to the rest), then the Kafka timestamp, left
     before right, then the offset."""
@@ -82,11 +71,9 @@ def arrival_order(raw: DataFrame, spec: JoinSpec) -> list[Column]:
 class Sequencer:
     """One pass over the records of each partition in arrival order (module docstring, 1-4)."""
 
-    def __init__(self, ref: JoinRef, partitions: int | None) -> None:
+    def __init__(self, ref: JoinRef) -> None:
         spec = ref.spec()
         window, _ = window_of(spec)
-        self.checker = Checker(ref, partitions)
-        self.sides = {spec.left.name: "left", spec.right.name: "right"}
         self.close = {"left": window.after + window.grace, "right": window.before + window.grace}
         self.retention = window.before + window.after + window.grace
         self.ids = spec.ids
@@ -100,13 +87,13 @@ class Sequencer:
             yield self.batch(batch)
 
     def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        checked = self.checker.check(batch)
-        topics = batch.column("topic").to_pylist()
         partitions = batch.column("partition").to_pylist()
         keys = batch.column("key").to_pylist()
-        sides = [self.sides[t] for t in topics]
+        sides = batch.column("side").to_pylist()
+        status = batch.column("status").to_pylist()
+        ts = batch.column("ts").to_pylist()
+        rid = batch.column("rid").to_pylist()
         st_before: list[int | None] = [None] * len(keys)
-        status, ts, rid = checked.status, checked.ts, checked.rid
         close, retention, ids, held, due = self.close, self.retention, self.ids, self.held, self.due
         for i, partition in enumerate(partitions):
             if partition != self.partition:  # records come partition by partition
@@ -132,38 +119,29 @@ class Sequencer:
                         expiry, gone = heapq.heappop(due)
                         if held.get(gone, expiry) + retention == expiry:  # not held again since
                             held.pop(gone, None)
-        columns = {
-            "side": sides,
-            "status": status,
-            "category": checked.category,
-            "reason": checked.reason,
-            "ts": ts,
-            "rid": rid,
-            "st_before": st_before,
-        }
-        arrays = [batch.column(name) for name in RAW_COLUMNS]
-        arrays += [pa.array(values, type=_OUT_TYPES[name]) for name, values in columns.items()]
-        return pa.RecordBatch.from_arrays(arrays, names=[*RAW_COLUMNS, *columns])
+        names = batch.schema.names
+        arrays = [pa.array(status, type=pa.string()) if n == "status" else batch.column(n) for n in names]
+        arrays.append(pa.array(st_before, type=pa.int64()))
+        return pa.RecordBatch.from_arrays(arrays, names=[*names, "st_before"])
 
 
-def sequencer(
-    ref: JoinRef, partitions: int | None
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def sequencer(ref: JoinRef) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The pass as mapInArrow takes it (its state is made in the Python worker)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from Sequencer(ref, partitions)(batches)
+        yield from Sequencer(ref)(batches)
 
     return run
 
 
-def classify(spark: SparkSession, ref: JoinRef, raw: DataFrame, partitions: int | None) -> DataFrame:
-    """Every input record with its fate (RECORDS_SCHEMA): each partition's records on one
-    Spark partition, sorted in arrival order, then one pass."""
+def classify(spark: SparkSession, ref: JoinRef, checked: DataFrame, partitions: int | None) -> DataFrame:
+    """Every input record with its fate (RECORDS_SCHEMA): each partition's checked records on
+    one Spark partition (by range: one partition each where they are few), sorted in arrival
+    order, then one pass."""
     spec = ref.spec()
     count = max(1, min(partitions or spark.sparkContext.defaultParallelism, 1024))
-    ordered = raw.repartitionByRange(count, "partition").sortWithinPartitions(*arrival_order(raw, spec))
-    return ordered.mapInArrow(sequencer(ref, partitions), RECORDS_SCHEMA)
+    ordered = checked.repartitionByRange(count, "partition").sortWithinPartitions(*arrival_order(spec))
+    return ordered.mapInArrow(sequencer(ref), RECORDS_SCHEMA)
 
 
 def _side(accepted: DataFrame, side: str) -> DataFrame:
@@ -171,55 +149,59 @@ def _side(accepted: DataFrame, side: str) -> DataFrame:
 
     mine = accepted.filter(F.col("side") == side)
     return mine.select(
-        "partition", "key",
+        F.col("partition").alias(f"{side}_partition"), F.col("key").alias(f"{side}_key"),
         F.col("ts").alias(f"{side}_ts"), F.col("value").alias(side), F.col("topic").alias(f"{side}_topic"),
         F.col("offset").alias(f"{side}_offset"), F.col("rid").alias(f"{side}_rid"),
     )  # fmt: skip
 
 
+# The outer join that gives, in one pass, the pairs and the records of the sides `how` emits
+# unmatched that have no partner in their window (the other side's columns null).
+_OUTER = {frozenset(): "inner", frozenset({"left"}): "left_outer", frozenset({"right"}): "right_outer",
+          frozenset({"left", "right"}): "full_outer"}  # fmt: skip
+
+
 def results_of(records: DataFrame, spec: JoinSpec) -> DataFrame:
-    """The join's results from the records' fates (module docstring), as RAW_RESULTS."""
+    """The join's results from the records' fates (module docstring), as RAW_RESULTS: one join
+    of the accepted left and right records by partition, key and window (outer on the sides
+    `how` emits unmatched); an unmatched record is kept once the partition's final stream time
+    has passed its `ts + before + after + grace`."""
     from pyspark.sql import functions as F
 
     window, join_type = window_of(spec)
     accepted = records.filter(F.col("status") == ACCEPTED)
     left, right = _side(accepted, "left"), _side(accepted, "right")
-    in_window = F.col("right_ts").between(F.col("left_ts") - window.before, F.col("left_ts") + window.after)
-    pairs = left.join(right, ["partition", "key"]).filter(in_window)
+    on = (
+        (F.col("left_partition") == F.col("right_partition"))
+        & (F.col("left_key") == F.col("right_key"))
+        & F.col("right_ts").between(F.col("left_ts") - window.before, F.col("left_ts") + window.after)
+    )
+    joined = left.join(right, on, _OUTER[join_type.unmatched_sides])
+    partition = F.coalesce("left_partition", "right_partition")
     columns = [
-        "partition", "key", "left", "right", "ts", "left_topic", "left_offset", "left_rid",
-        "right_topic", "right_offset", "right_rid",
+        partition.alias("partition"), F.coalesce("left_key", "right_key").alias("key"), "left", "right",
+        F.coalesce(F.greatest("left_ts", "right_ts"), "left_ts", "right_ts").alias("ts"),
+        "left_topic", "left_offset", "left_rid", "right_topic", "right_offset", "right_rid",
     ]  # fmt: skip
-    results = pairs.withColumn("ts", F.greatest("left_ts", "right_ts")).select(*columns)
-    unmatched = join_type.unmatched_sides
-    if unmatched:
-        final = accepted.groupBy("partition").agg(F.max("ts").alias("final_time"))
-        retention = window.before + window.after + window.grace
-        for side in ("left", "right"):
-            if side not in unmatched:
-                continue
-            other = "right" if side == "left" else "left"
-            matched = pairs.select("partition", f"{side}_topic", f"{side}_offset").distinct()
-            lone = (
-                _side(accepted, side)
-                .join(F.broadcast(final), "partition")
-                .filter(F.col("final_time") > F.col(f"{side}_ts") + retention)
-                .join(matched, ["partition", f"{side}_topic", f"{side}_offset"], "left_anti")
-                .withColumn("ts", F.col(f"{side}_ts"))
-            )
-            for name, kind in ((other, "binary"), (f"{other}_topic", "string"), (f"{other}_offset", "long"),
-                               (f"{other}_rid", "binary")):  # fmt: skip
-                lone = lone.withColumn(name, F.lit(None).cast(kind))
-            results = results.unionByName(lone.select(*columns))
-    return results
+    results = joined.select(*columns)
+    if not join_type.unmatched_sides:
+        return results
+    final = accepted.groupBy(F.col("partition").alias("p")).agg(F.max("ts").alias("final_time"))
+    retention = window.before + window.after + window.grace
+    lone = F.col("left").isNull() | F.col("right").isNull()
+    return (
+        results.join(F.broadcast(final), F.col("partition") == F.col("p"))
+        .filter(~lone | (F.col("final_time") > F.col("ts") + retention))
+        .drop("p", "final_time")
+    )
 
 
-def twin(spark: SparkSession, ref: JoinRef, raw: DataFrame, partitions: int | None) -> KindTwin:
-    """The twin of a windowed join over `raw` (the input layout)."""
+def twin(spark: SparkSession, ref: JoinRef, checked: DataFrame, partitions: int | None) -> KindTwin:
+    """The twin of a windowed join over its checked input records (pipeline/checks.py)."""
     from pyspark import StorageLevel
 
     # The pass runs Python over every record: once, not once per use below.
-    records = classify(spark, ref, raw, partitions).persist(StorageLevel.MEMORY_AND_DISK)
+    records = classify(spark, ref, checked, partitions).persist(StorageLevel.MEMORY_AND_DISK)
     return KindTwin(records, results_of(records, ref.spec()))
 
 
