@@ -136,14 +136,21 @@ def read_parquet(spark: SparkSession, spec: JoinSpec, path: str, partitions: int
 
 
 def _placed(spec: JoinSpec, partitions: int) -> Any:
-    """A pandas UDF: each key's partition under the join's partitioner (murmur2 for "none")."""
+    """A pandas UDF: each key's partition under the join's partitioner (murmur2 for "none"),
+    as `produce` places records without a partition."""
     from pyspark.sql.functions import pandas_udf
 
     partitioner = "murmur2" if spec.partitioner == "none" else spec.partitioner
 
     @pandas_udf("int")  # type: ignore[call-overload, misc]
     def placed(keys: pd.Series) -> pd.Series:
-        return pd.Series(partitions_for(keys.tolist(), partitions, partitioner), dtype="int32")
+        found = [0] * len(keys)  # a null key goes anywhere: partition 0
+        given = [(i, key) for i, key in enumerate(keys.tolist()) if key is not None]
+        if given:
+            where = partitions_for([bytes(key) for _, key in given], partitions, partitioner).tolist()
+            for (i, _), partition in zip(given, where, strict=True):
+                found[i] = partition
+        return pd.Series(found, dtype="int32")
 
     return placed
 

@@ -16,7 +16,7 @@ sent as UTF-8 bytes as they are (bad records); null is a null key or value.
 
 Each record goes to its `partition` if given, else to its key's under the join's partitioner
 (`--left-partitioner` / `--right-partitioner` override it, to try the stream's handling of
-misplaced records; null keys go round the partitions). Records are sent in `seq` order (file
+misplaced records; null keys go to partition 0). Records are sent in `seq` order (file
 order without one), each with its `seq` header: its place in the merged arrival order of both
 inputs on its partition (given, or numbered in file order), from which the twin rebuilds
 the order the stream saw (docs/pipeline.md). Topics missing are created with the join's
@@ -124,7 +124,7 @@ def place(records: Sequence[Record], partitions: int, partitioners: dict[str, Pa
         keyed = [i for i in mine if records[i]["key"] is not None]
         for i in mine:
             if records[i]["key"] is None:
-                placed[i] = i % partitions  # a null key goes anywhere: spread them
+                placed[i] = 0  # a null key goes anywhere: partition 0, as the twin reads such a file
         if keyed and partitioner != "none":
             found = partitions_for([records[i]["key"] for i in keyed], partitions, partitioner)
             for i, p in zip(keyed, found.tolist(), strict=True):

@@ -20,7 +20,7 @@ from pipeline import join as join_job
 from pipeline.apps import JoinRef
 from pipeline.generate import TrafficConfig, generate
 from pipeline.inputs import Parquet
-from pipeline.twin import run_twin
+from pipeline.twin import join_frame, run_twin
 from tests.spark_fixtures import spark_session
 from tests.twin_reference import Row, outcome_of, stream
 
@@ -66,6 +66,16 @@ def test_the_ad_join_from_its_generator_equals_the_stream(spark: SparkSession) -
     assert got.results == expected.results and sum(got.results.values()) > 300
     assert sorted(got.letters) == sorted(expected.letters) and len(got.letters) > 20
     assert got.counters == expected.counters and sum(c["late"] for c in got.counters.values()) > 10
+
+
+def test_join_frame_is_the_results_as_a_dataframe(spark: SparkSession) -> None:
+    """The documented entry point for a backfill in Spark (docs/pipeline.md)."""
+    results = join_frame(spark, "app", "ad-join", Parquet(str(traffic())))
+    columns = ["key", "left", "right", "ts", "partition", "left_topic", "left_offset", "left_id",
+               "right_topic", "right_offset", "right_id", "fingerprint"]  # fmt: skip
+    assert results.columns == columns
+    per_campaign = results.groupBy("left.campaign_id").count().collect()
+    assert sum(r["count"] for r in per_campaign) == results.count() > 300
 
 
 def test_the_join_command_writes_typed_results(spark: SparkSession, tmp_path: Path) -> None:

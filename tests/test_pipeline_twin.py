@@ -31,6 +31,7 @@ from tests.twin_reference import Row, stream, twin
 pytestmark = pytest.mark.spark
 APP = "tests.apps.twin_joins"
 JOINS = [f"{how}-{form}" for form in ("int", "str") for how in STR_WINDOWS]
+COVERED: Counter[str] = Counter()  # what the drawn inputs held, over every example
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +106,20 @@ def test_the_twin_equals_the_stream_record_for_record(
     assert sorted(got.letters) == sorted(expected.letters)
     assert got.null_values == expected.null_values
     assert got.counters == expected.counters
+    COVERED.update(category for *_, category, _ in expected.letters)
+    COVERED.update({
+        "matched": sum(expected.results.values()) - expected.unmatched, "unmatched": expected.unmatched,
+        "null_value": sum(expected.null_values.values()),
+        "late": sum(c["late"] for c in expected.counters.values()),
+        "duplicates": sum(c["duplicates"] for c in expected.counters.values()),
+        "seq" if any(r.seq is not None for r in rows) else "no seq": 1,
+    })  # fmt: skip
+
+
+def test_the_inputs_reached_every_case() -> None:
+    """The examples drawn above (run first) held each case the twin must get right."""
+    if not COVERED:
+        pytest.skip("the differential test did not run in this session")
+    cases = {"matched", "unmatched", "null_value", "late", "duplicates", "seq", "no seq", "wrong_partition",
+             "null_key", "undecodable", "wrong_type", "timestamp", "rejected", "too_large"}  # fmt: skip
+    assert cases <= {case for case, n in COVERED.items() if n > 0}, COVERED

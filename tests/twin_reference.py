@@ -54,6 +54,7 @@ class Outcome:
     letters: list[tuple[str, int, int, str, str]]  # topic, partition, offset, category, reason
     null_values: dict[str, int]
     counters: dict[int, dict[str, int]]  # partition -> late, duplicates
+    unmatched: int = 0  # results without a partner (the stream's side counts them)
 
 
 def stream(ref: JoinRef, rows: list[Row], partitions: int) -> Outcome:
@@ -77,6 +78,7 @@ def stream(ref: JoinRef, rows: list[Row], partitions: int) -> Outcome:
         else:
             event = (sides[row.topic], row.key, checked[0], checked[1], row.value)
             for m in operator.process_many([event]):
+                out.unmatched += m.left is None or m.right is None
                 out.results[
                     (row.partition, fingerprint(m.key, m.left, m.right, m.timestamp).hex(), m.timestamp)
                 ] += 1
