@@ -9,7 +9,9 @@ random workers and restarts them on their old data dirs, and SIGSTOPs the
 broker a few times. Then it waits until the group has committed every input
 offset and judges the output twice: here, against the join ids the generator
 knows it must produce (raw copies, distinct ids, copies that disagree), and with
-`python -m pipeline reconcile` against the batch reference join of the topics.
+`python -m pipeline reconcile --app app`: the join's audit, dead letters and counters against
+its batch twin over the topics (the generic path any app takes; with --deduped-reconcile also
+the audit deduped by fingerprint, with no duplicate allowed).
 Exit 0 when nothing is missing or spurious, every bad record is dead-lettered where
 it was read (topic, partition, offset) with its reason, and every null value is
 dropped and counted (`null_values` in the workers' views), never dead-lettered.
@@ -37,9 +39,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.cluster import REPO, WorkerProcess, covered, wait_for
-from app.settings import Settings, create_topics, from_env
+from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from assignor.faust_adapter import clients
 from tables.testing import EmbeddedBroker, high_watermarks
+from tables.testing import create_topics as create_topics_named
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -271,10 +274,15 @@ async def backlog(bootstrap: str, settings: Settings) -> int:
 
 async def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
     """Every record value of `topic`, up to the high watermarks."""
+    return [value for _, _, value in await read_keyed(bootstrap, topic, partitions)]
+
+
+async def read_keyed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes | None, bytes]]:
+    """Every record of `topic` up to the high watermarks: (partition, key, value)."""
     ends = await high_watermarks(bootstrap, topic, partitions)
     consumer = clients.consumer(clients.settings_of(bootstrap), max_partition_fetch_bytes=4 << 20)
     await consumer.start()
-    values: list[bytes] = []
+    found: list[tuple[int, bytes | None, bytes]] = []
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
@@ -283,10 +291,10 @@ async def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and await _behind(consumer, tps, ends):
             batch = await consumer.getmany(timeout_ms=500, max_records=10000)
-            values.extend(r.value or b"" for records in batch.values() for r in records)
+            found.extend((r.partition, r.key, r.value or b"") for records in batch.values() for r in records)
     finally:
         await consumer.stop()
-    return values
+    return found
 
 
 async def _behind(consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: dict[int, int]
@@ -323,27 +331,6 @@ def judge_output(values: list[bytes], expected: set[str]) -> dict[str, int]:
     }
 
 
-async def dedupe_to_topic(bootstrap: str, values: list[bytes], topic: str) -> int:
-    """The idempotent consumer: the first copy of each join_id, keyed by join_id, to `topic`.
-
-    What a compacted output topic keyed by join_id converges to; `reconcile`
-    without --allow-duplicates then judges it. Returns the records written.
-    """
-    seen: set[str] = set()
-    producer = clients.producer(clients.settings_of(bootstrap), linger_ms=20)
-    await producer.start()
-    try:
-        for value in values:
-            join_id = json.loads(value)["join_id"]
-            if join_id not in seen:
-                seen.add(join_id)
-                await producer.send(topic, value, key=join_id.encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
-    return len(seen)
-
-
 def judge_dead_letters(values: list[bytes], bad_places: dict[str, list[Place]]) -> dict[str, Any]:
     """Each bad record the generator sent is in the dead-letter topic (once or more), where
     it was read; a null value never is (it is dropped and counted)."""
@@ -373,23 +360,41 @@ def judge_null_values(chaos: Chaos, workers: list[WorkerProcess], sent: int) -> 
     return {"sent": sent, "counted": chaos.null_values, "uncounted_lifetimes": chaos.uncounted_lifetimes}
 
 
-def reconcile(bootstrap: str, s: Settings, now_ms: int, out: Path, shuffle: int = 12,
-              output: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """`python -m pipeline reconcile` over the topics: the raw output with duplicates
-    allowed (at-least-once), or `output` (the deduped copy) with none allowed."""
-    cmd = [sys.executable, "-m", "pipeline", "reconcile", "--output-topic", output or s.joins,
-           "--bootstrap", bootstrap, "--impressions-topic", s.impressions,
-           "--clicks-topic", s.clicks, "--now-ms", str(now_ms),
-           "--json", str(out), "--master", "local[2]"]  # fmt: skip
-    cmd += [] if output else ["--allow-duplicates"]
-    # Spark's default 200 shuffle partitions cost minutes on 2 cores for a small stream.
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS":
-           f"--conf spark.sql.shuffle.partitions={shuffle} pyspark-shell"}  # fmt: skip
+def reconcile(bootstrap: str, s: Settings, out: Path, shuffle: int = 12,
+              audit: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """`python -m pipeline reconcile --app app` over the topics, the app built as the workers
+    built it (its settings from the environment): the join's audit, with redelivered
+    duplicates allowed (at least once), or `audit` (a copy deduped by fingerprint) strictly."""
+    cmd = [sys.executable, "-m", "pipeline", "reconcile", "--app", "app", "--bootstrap", bootstrap,
+           "--json", str(out), "--master", "local[2]", "--shuffle-partitions", str(shuffle)]  # fmt: skip
+    cmd += ["--audit-topic", audit, "--strict-duplicates"] if audit else []
+    env = {**os.environ, "TANDEM_APP_ID": s.app_id, "TANDEM_TOPIC_PREFIX": s.topic_prefix,
+           "TANDEM_PARTITIONS": str(s.partitions), "TANDEM_BROKER": f"kafka://{bootstrap}"}  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     print(done.stdout, flush=True)
     report: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
-    return {"exit": done.returncode, "totals": report.get("totals"), "ok": report.get("ok"),
-            "unreadable": report.get("unreadable"), "stderr_tail": done.stderr[-2000:]}  # fmt: skip
+    return {"exit": done.returncode, "totals": report.get("results"), "ok": report.get("ok"),
+            "letters": report.get("letters"), "counters": report.get("counters"),
+            "failures": report.get("failures"), "stderr_tail": done.stderr[-2000:]}  # fmt: skip
+
+
+async def dedupe_audit(bootstrap: str, s: Settings, topic: str) -> int:
+    """The join's audit with each result's first copy only (by fingerprint), to `topic`: what
+    an idempotent consumer of the output keeps, judged with no duplicate allowed."""
+    audit = f"{s.app_id}-{JOIN_NAME}-audit"
+    seen: set[str] = set()
+    producer = clients.producer(clients.settings_of(bootstrap), linger_ms=20)
+    await producer.start()
+    try:
+        for partition, key, value in await read_keyed(bootstrap, audit, s.partitions):
+            fingerprint = json.loads(value)["fingerprint"]
+            if fingerprint not in seen:
+                seen.add(fingerprint)
+                await producer.send(topic, value, key=key, partition=partition)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return len(seen)
 
 
 # -- the run -------------------------------------------------------------------
@@ -414,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--deduped-reconcile",
         action="store_true",
-        help="also write the output deduped by join_id and reconcile it strictly",
+        help="also reconcile the audit deduped by fingerprint, with no duplicate allowed",
     )
     p.add_argument("--no-reconcile", action="store_true", help="skip the Spark judge")
     p.add_argument("--json", type=Path, help="write the figures here too")
@@ -532,17 +537,17 @@ def _judge(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, gen: G
     log(f"dead letters: {json.dumps(figures['dead_letters'])}")
     log(f"null values: {json.dumps(figures['null_values'])}")
     if not args.no_reconcile:
-        figures["reconcile"] = reconcile(
-            broker.bootstrap, s, gen.start_ms, run_dir / "reconcile.json", args.shuffle_partitions
-        )
+        judged = reconcile(broker.bootstrap, s, run_dir / "reconcile.json", args.shuffle_partitions)
+        figures["reconcile"] = judged
         log(f"reconcile: exit {figures['reconcile']['exit']}, {figures['reconcile']['totals']}")
     if args.deduped_reconcile:
-        deduped = f"{s.joins}-deduped"
-        written = asyncio.run(dedupe_to_topic(broker.bootstrap, output, deduped))
-        judged = reconcile(broker.bootstrap, s, gen.start_ms, run_dir / "reconcile-deduped.json",
-                           args.shuffle_partitions, output=deduped)  # fmt: skip
+        deduped = f"{s.app_id}-{JOIN_NAME}-audit-deduped"
+        asyncio.run(create_topics_named(broker.bootstrap, [deduped], s.partitions))
+        written = asyncio.run(dedupe_audit(broker.bootstrap, s, deduped))
+        judged = reconcile(broker.bootstrap, s, run_dir / "reconcile-deduped.json", args.shuffle_partitions,
+                           audit=deduped)  # fmt: skip
         figures["reconcile_deduped"] = {**judged, "topic": deduped, "written": written}
-        log(f"reconcile (deduped by join_id): exit {judged['exit']}, {judged['totals']}")
+        log(f"reconcile (audit deduped by fingerprint): exit {judged['exit']}, {judged['totals']}")
     figures["seconds"] = round(time.monotonic() - began, 1)
     figures["ok"] = ok(figures)
     return figures

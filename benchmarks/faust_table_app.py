@@ -4,8 +4,8 @@
 One Faust `Table` (Faust's RocksDB store, on rocksdict, with its changelog and standby
 replicas) keyed by auction id, whose value holds the impressions and clicks seen; an
 agent reads both topics one event at a time (`stream.events()`), validates like the
-batch twin (pipeline/records.py), matches within the ad join's window, writes the table
-entry back and sends each result (pipeline/semantics.py's format). What it leaves out,
+ad contract's plain statement (app/contract.py), matches within the ad join's window, writes the table
+entry back and sends each result (app/contract.py's `result`). What it leaves out,
 as such code usually does: event-time order across the topics, expiry (the table grows
 for ever), late records, unmatched results, dead-letter topics.
 
@@ -28,13 +28,12 @@ import orjson
 from faust.types import TP, EventT
 from faust.web import Request, Response, View
 
+from app.contract import Rejected, Side, result, validate
 from app.join import faust_settings
 from app.settings import JOIN_NAME, from_env
 from assignor.faust_adapter.consumer import committed_offsets, install_consumer
 from assignor.faust_adapter.group import delay_follower_sync
 from assignor.faust_adapter.settings import TandemSettings
-from pipeline.records import Rejected, Side, validate
-from pipeline.semantics import result
 from tables.operators.windowed import JoinWindow
 
 settings = from_env()

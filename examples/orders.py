@@ -5,6 +5,10 @@ A left join by order id: an order paid within 10 minutes (event time) is written
 more is written there with `paid=False`. Payments are then totalled per customer in a
 Faust table, through a topic keyed by customer (Faust's repartitioning idiom).
 
+The batch side needs nothing more: `python -m pipeline join --app examples.orders` computes the
+same join on Spark from the topics, and `python -m pipeline reconcile --app examples.orders`
+checks what the workers produced against it (through the join's audit topic).
+
 Settings from the environment: ORDERS_BROKER (kafka://localhost:9092), ORDERS_APP_ID
 (orders), ORDERS_DATA_DIR (orders-data), ORDERS_WEB_PORT (6066), ORDERS_PARTITIONS (4).
 """
@@ -77,6 +81,7 @@ totals = app.Table("customer-totals", key_type=str, default=int, partitions=PART
     after=timedelta(minutes=10),  # a payment up to 10 minutes after its order
     grace=timedelta(minutes=1),  # how late (in event time) a record may still arrive
     how="left",  # orders without a payment come out too, with payment None
+    audit=True,  # an audit record per result: `python -m pipeline reconcile --app examples.orders`
 )
 async def paid(results: JoinResults[int, Order, Payment]) -> None:
     async for order_id, order, payment, _ts in results:

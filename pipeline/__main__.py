@@ -6,10 +6,14 @@ import importlib
 import sys
 
 JOBS = {
-    "generate": ("pipeline.generate", "synthetic impressions and clicks to Parquet"),
-    "produce": ("pipeline.produce", "produce generated Parquet traffic to the topics"),
-    "join": ("pipeline.join", "the reference join over Parquet or topics (batch twin)"),
-    "reconcile": ("pipeline.reconcile", "compare the stream join's output with the reference"),
+    "join": (
+        "pipeline.join",
+        "the batch twin of a declared join (--app MODULE), over its topics or an export",
+    ),
+    "reconcile": ("pipeline.reconcile", "what the stream produced for a join (its audit) against the twin"),
+    "export": ("pipeline.export", "a join's input topics to Parquet"),
+    "produce": ("pipeline.produce", "Parquet or JSON lines to a join's input topics (partitioner, seq)"),
+    "generate": ("pipeline.generate", "the reference app's synthetic impressions and clicks to Parquet"),
     "simulate": ("pipeline.simulate", "sweep churn scenarios over assignment strategies"),
 }
 

@@ -1,4 +1,7 @@
-"""generate: synthetic ad traffic (impressions and clicks) written to Parquet.
+"""generate: the reference app's synthetic traffic (impressions and clicks) written to Parquet,
+in the twin's input layout (pipeline/inputs.py): `python -m pipeline join --app app --input
+OUT` joins it on Spark, `python -m pipeline produce --app app --input OUT` sends it to the
+app's topics with its seq headers.
 
 Each auction has one impression; a share `ctr` also gets a click, some seconds
 later. Records arrive in an order of their own: a little jitter for all, more
@@ -10,7 +13,9 @@ Java client and aiokafka choose it: `tables.records.partitioners`), the raw `key
 topics on that partition.
 `seq` lets the batch twin reproduce stream time and lateness exactly.
 
-Layout: OUT/topic=impressions/*.parquet, OUT/topic=clicks/*.parquet, OUT/_tandem.json.
+Layout: OUT/topic=impressions/*.parquet, OUT/topic=clicks/*.parquet (the reference app's
+topic names without a prefix), OUT/_tandem.json (the partition count, the configuration and
+the counts).
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.inputs import META_FILE
 from tables.records.partitioners import partitions_for
 
 CHUNK_SCHEMA = "topic string, partition int, arrival_ms long, tiebreak double, key binary, value binary"
-META_FILE = "_tandem.json"
 MALFORMED = (
     b"not json",
     b'{"event_id": "broken", "auction_id": ',
@@ -170,20 +175,16 @@ def generate(spark: object, cfg: TrafficConfig, out: Path) -> dict[str, int]:
     counts = {
         r["topic"]: int(r["count"]) for r in spark.read.parquet(str(out)).groupBy("topic").count().collect()
     }
-    (out / META_FILE).write_text(json.dumps({"config": asdict(cfg), "counts": counts}, indent=2))
+    meta = {"partitions": cfg.partitions, "config": asdict(cfg), "counts": counts}
+    (out / META_FILE).write_text(json.dumps(meta, indent=2))
     return counts
-
-
-def read_meta(path: Path) -> dict[str, object]:
-    """The generator's config and counts, written next to the Parquet files."""
-    return json.loads((path / META_FILE).read_text())
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline generate",
-        description="Synthetic impressions and clicks (with disorder, late records, duplicates "
-        "and malformed records) written to Parquet, with a per-partition arrival sequence.",
+        description="The reference app's synthetic impressions and clicks (with disorder, late records, "
+        "duplicates and malformed records) written to Parquet, with a per-partition arrival sequence.",
     )
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     defaults = TrafficConfig()

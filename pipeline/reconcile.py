@@ -1,19 +1,29 @@
-"""reconcile: judge what the stream join wrote against the reference join.
+"""reconcile: judge what the stream produced for a declared join against its batch twin.
 
-Every output record is identified by its `join_id` (docs/join-semantics.md). A
-`join_id` the reference expects is *matched* when the stream wrote it with the
-same fields, *different* when the fields disagree, *missing* when the stream
-never wrote it; one the reference does not expect is *extra*; each copy beyond
-the first is a *duplicate*. The report breaks these down by partition and shows
-example keys; the exit status is 0 only when nothing is missing, extra or
-different, and (unless --allow-duplicates, for at-least-once runs) nothing is
-duplicated.
+    python -m pipeline reconcile --app examples.orders [--join paid] [--bootstrap HOST:PORT | --input DIR]
 
-When the reference is computed from the input topics, input records found on a
-partition their key does not belong to (under `--partitioner`) are *misplaced*,
-their own category: the stream dead-letters them and the reference skips them, so
-their joins are lost without a single missing result. They fail the run too (their
-producer partitions keys differently, docs/partitioners.md) unless --allow-misplaced.
+The stream's handler output is the app's own, so the stream tells what it produced through the
+join's audit topic (`join(..., audit=True)`: one record per result handed to the handler, with
+its partition, time, fingerprint and writer; tables/runtime/output.py). The twin computes the
+same fingerprints from the input (pipeline/twin.py). Reconcile compares the two multisets:
+
+- matched: a result both produced (each copy the twin expects);
+- missing (fails): the twin's, never handed to the stream's handler;
+- late_by_stream_only: missing, but one of its records is late-prone: the stream may have read
+  it after later records of its own input partition and dropped it as late (docs/pipeline.md);
+- spurious (fails): handed to the handler, not a result of the twin;
+- redelivered (fails with `--strict-duplicates`): more copies than the twin's, written by two
+  or more writers (worker processes or assignments): the at-least-once window of a crash or
+  a rebalance;
+- repeated (fails): more copies, all by one writer: never at least once;
+- misplaced (fails): a copy handed over on another partition than the twin's.
+
+It also compares the dead letters (the dead-letter topic against the twin's: missing,
+spurious, another category; copies by redelivery), shows the stream's operator counters (its
+changelog's `late` and `duplicates`: re-read records are counted again after a crash) next to
+the twin's, and counts the input records on a partition their key does not belong to
+(dead-lettered by both, so their joins are lost with no result missing: they fail the run
+unless `--allow-misplaced`; docs/partitioners.md). Exit status 0 when nothing fails.
 """
 
 from __future__ import annotations
@@ -26,214 +36,330 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.join import (
-    RESULT_COLUMNS,
-    JoinOutput,
-    add_window_arguments,
-    load_parquet,
-    load_topics,
-    params_of,
-    reference_join,
-)
-from pipeline.kafka import Connection, add_client_config_argument, connection_from, source_options
+from pipeline.apps import JoinRef, app_bootstrap
+from pipeline.join import add_join_arguments, add_spark_arguments, join_of, source_of
+from pipeline.kafka import Connection, KafkaReadError, connection_from, offsets, source_options
+from pipeline.twin import TwinOutput, run_twin
+from pipeline.twins import UnknownKind, kind_module
+from tables.operators.keys import decode_int, meta_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-COMPARED = [c for c in RESULT_COLUMNS if c not in ("join_id", "partition")]
-OUTPUT_SCHEMA = (
-    "join_id string, auction_id string, campaign_id string, impression_id string, "
-    "click_id string, impression_ts long, click_ts long, ts long, kind string"
+RESULT_CATEGORIES = (
+    "matched", "missing", "late_by_stream_only", "spurious", "redelivered", "repeated", "misplaced",
+)  # fmt: skip
+LETTER_CATEGORIES = ("matched", "missing", "spurious", "other_category", "redelivered")
+AUDIT_SCHEMA = "partition int, ts long, fingerprint string, writer string"
+LETTER_SCHEMA = (
+    "join string, topic string, partition int, offset long, reason string, category string, key string"
 )
-STATUSES = ["matched", "different", "missing", "extra", "duplicates"]
-
-
-@dataclass
-class MisplacedInputs:
-    """Input records found on a partition their key does not belong to."""
-
-    partitioner: str
-    by_topic: dict[str, int]  # input topic -> misplaced records
-    by_partition: list[dict[str, Any]]  # topic, partition (read from), belongs_to, records
-    examples: list[dict[str, Any]]  # topic, partition, belongs_to, key
-
-    @property
-    def total(self) -> int:
-        return sum(self.by_topic.values())
+STREAM_COUNTERS = {"late": "late", "duplicates": "duplicate"}  # changelog name -> the twin's status
 
 
 @dataclass
 class Report:
-    totals: dict[str, int]
+    join: str
+    results: dict[str, int]
     by_partition: list[dict[str, int]]
     examples: list[dict[str, Any]]
-    allow_duplicates: bool = False
-    unreadable: int = 0
-    notes: list[str] = field(default_factory=list)
-    misplaced: MisplacedInputs | None = None  # None: the input was not read (--expected)
+    letters: dict[str, int]
+    letter_examples: list[dict[str, Any]]
+    handler_errors: int
+    counters: dict[str, dict[str, int]]  # "stream"/"twin" -> counter -> count
+    misplaced_inputs: dict[str, int]  # topic -> records on a partition their key does not belong to
+    twin_counts: dict[str, Any] = field(default_factory=dict)
+    strict_duplicates: bool = False
     allow_misplaced: bool = False
 
     @property
+    def failures(self) -> list[str]:
+        found = [c for c in ("missing", "spurious", "repeated", "misplaced") if self.results.get(c)]
+        if self.strict_duplicates and self.results.get("redelivered"):
+            found.append("redelivered")
+        found += [
+            f"dead letters {c}" for c in ("missing", "spurious", "other_category") if self.letters.get(c)
+        ]
+        if not self.allow_misplaced and sum(self.misplaced_inputs.values()):
+            found.append("misplaced input records")
+        return found
+
+    @property
     def ok(self) -> bool:
-        bad = ["different", "missing", "extra"] + ([] if self.allow_duplicates else ["duplicates"])
-        lost = 0 if self.allow_misplaced or self.misplaced is None else self.misplaced.total
-        return self.unreadable == 0 and lost == 0 and all(self.totals.get(s, 0) == 0 for s in bad)
+        return not self.failures
 
     def render(self) -> str:
-        lines = ["reconcile: stream output against the reference join", ""]
-        lines.append("  " + "  ".join(f"{s}={self.totals.get(s, 0):,}" for s in STATUSES))
-        if self.unreadable:
-            lines.append(f"  unreadable output records: {self.unreadable:,}")
-        lines += ["", f"  {'partition':>9} " + " ".join(f"{s:>10}" for s in STATUSES)]
+        lines = [f"reconcile: join {self.join!r}: the stream's audit against the batch twin", ""]
+        lines.append(
+            "  results:      " + "  ".join(f"{c}={self.results.get(c, 0):,}" for c in RESULT_CATEGORIES)
+        )
+        lines += ["", f"  {'partition':>9} " + " ".join(f"{c[:12]:>12}" for c in RESULT_CATEGORIES)]
         for row in self.by_partition:
-            cells = " ".join(f"{row.get(s, 0):>10,}" for s in STATUSES)
-            lines.append(f"  {row['partition']:>9} {cells}")
+            lines.append(
+                f"  {row['partition']:>9} " + " ".join(f"{row.get(c, 0):>12,}" for c in RESULT_CATEGORIES)
+            )
         if self.examples:
-            lines += ["", "  examples (status, partition, auction_id, join_id, copies):"]
+            lines += ["", "  examples (category, partition, key, fingerprint, inputs):"]
             lines += [
-                f"    {e['status']:<10} {e['partition']!s:>3} {e['auction_id']} {e['join_id']} x{e['copies']}"
+                f"    {e['category']:<20} {e['partition']!s:>3} {e['key']} {e['fingerprint'][:12]} "
+                f"{e['inputs']}"
                 for e in self.examples
             ]
-        lines += self._render_misplaced()
-        lines += ["", f"  verdict: {'OK' if self.ok else 'MISMATCH'}", *self.notes]
+        lines += [
+            "",
+            "  dead letters: " + "  ".join(f"{c}={self.letters.get(c, 0):,}" for c in LETTER_CATEGORIES),
+        ]
+        lines += [f"    handler errors (the stream's own): {self.handler_errors:,}"]
+        lines += [
+            f"    {e['category']:<15} {e['topic']} {e['partition']} {e['offset']} "
+            f"twin={e['twin']} stream={e['stream']}"
+            for e in self.letter_examples
+        ]
+        lines += ["", "  operator counters   " + "".join(f"{name:>14}" for name in STREAM_COUNTERS)]
+        for who in ("twin", "stream"):
+            counts = self.counters.get(who)
+            cells = (
+                "".join(f"{counts.get(n, 0):>14,}" for n in STREAM_COUNTERS) if counts else "  (no changelog)"
+            )
+            lines.append(f"    {who:<17} " + cells)
+        lines.append("    (the stream counts a record read again after a crash once more)")
+        misplaced = "  ".join(f"{t}={n:,}" for t, n in self.misplaced_inputs.items())
+        lines += ["", f"  misplaced input records (dead-lettered by both: their joins are lost): {misplaced}"]
+        verdict = "OK" if self.ok else "MISMATCH: " + ", ".join(self.failures)
+        lines += ["", f"  verdict: {verdict}"]
         return "\n".join(lines)
 
-    def _render_misplaced(self) -> list[str]:
-        found = self.misplaced
-        if found is None:
-            return ["", "  misplaced input records: not checked (no input read: --expected)"]
-        counts = "  ".join(f"{topic}={n:,}" for topic, n in found.by_topic.items())
-        lines = ["", f"  misplaced input records (key on another partition under {found.partitioner}): "
-                 f"{counts}"]  # fmt: skip
-        if not found.total:
-            return lines
-        lines += [
-            "  their joins are lost: the stream dead-letters them, the reference skips them.",
-            "  Likely cause: their producer partitions keys differently (docs/partitioners.md).",
-            f"  {'topic':>20} {'partition':>9} {'belongs to':>10} {'records':>9}",
-        ]
-        lines += [
-            f"  {r['topic']:>20} {r['partition']:>9} {r['belongs_to']:>10} {r['records']:>9,}"
-            for r in found.by_partition
-        ]
-        lines += ["  examples (topic, partition, belongs to, key):"]
-        lines += [f"    {e['topic']} {e['partition']} {e['belongs_to']} {e['key']!r}" for e in found.examples]
-        return lines
 
-
-def read_output_topic(spark: SparkSession, target: str | Connection, topic: str) -> tuple[DataFrame, int]:
-    """The stream's output records (and how many values were not readable JSON)."""
-    from pyspark.sql import functions as F
-
-    raw = spark.read.format("tandem-topic").options(**source_options(target)).option("topic", topic).load()
-    parsed = raw.select("partition", F.from_json(F.col("value").cast("string"), OUTPUT_SCHEMA).alias("r"))
-    readable = parsed.filter(F.col("r.join_id").isNotNull())
-    unreadable = parsed.filter(F.col("r.join_id").isNull()).count()
-    return readable.select("r.*", "partition"), unreadable
-
-
-def compare(expected: DataFrame, actual: DataFrame, examples: int = 20) -> Report:
-    """Classify every join_id of either side; counts by partition and example keys."""
-    from pyspark.sql import functions as F
-
-    exp = expected.select(
-        "join_id", F.col("partition").alias("e_partition"),
-        *[F.col(c).alias(f"e_{c}") for c in COMPARED],
-    )  # fmt: skip
-    act = actual.groupBy("join_id").agg(
-        F.count("*").alias("copies"), F.min("partition").alias("a_partition"),
-        *[F.first(c, ignorenulls=False).alias(f"a_{c}") for c in COMPARED],
-    )  # fmt: skip
-    same = F.lit(True)
-    for c in COMPARED:
-        same = same & F.col(f"e_{c}").eqNullSafe(F.col(f"a_{c}"))
-    status = (
-        F.when(F.col("copies").isNull(), "missing")
-        .when(F.col("e_partition").isNull() & F.col("e_kind").isNull(), "extra")
-        .when(same, "matched")
-        .otherwise("different")
+def read_topic(spark: SparkSession, connection: Connection, topic: str) -> DataFrame:
+    return (
+        spark.read.format("tandem-topic").options(**source_options(connection)).option("topic", topic).load()
     )
+
+
+def audit_records(spark: SparkSession, connection: Connection, topic: str) -> DataFrame:
+    """The stream's audit: one row per result handed to its handler."""
+    from pyspark.sql import functions as F
+
+    raw = read_topic(spark, connection, topic)
+    parsed = raw.select(
+        F.col("partition").alias("written_to"),
+        F.col("key"),
+        F.from_json(F.col("value").cast("string"), AUDIT_SCHEMA).alias("a"),
+    )
+    return parsed.select("key", "written_to", "a.*")
+
+
+def compare_results(
+    twin: TwinOutput, audit: DataFrame, late_prone: DataFrame | None, examples: int
+) -> tuple[dict[str, int], list[dict[str, int]], list[dict[str, Any]]]:
+    """Totals by category, per partition, and examples (module docstring)."""
+    from pyspark.sql import functions as F
+
+    inputs = F.concat_ws(
+        " ",
+        F.concat_ws(":", "left_topic", "left_offset"),
+        F.concat_ws(":", "right_topic", "right_offset"),
+    )
+    expected = twin.results.select(
+        "fingerprint", "partition", F.col("key").cast("string").alias("key"), inputs.alias("inputs")
+    )
+    if late_prone is not None:
+        prone = late_prone.select(
+            F.col("topic").alias("t"), F.col("partition").alias("p"), F.col("offset").alias("o")
+        )
+        flagged = (
+            twin.results.join(
+                prone,
+                (
+                    (F.col("left_topic") == F.col("t"))
+                    & (F.col("left_offset") == F.col("o"))
+                    & (F.col("partition") == F.col("p"))
+                )
+                | (
+                    (F.col("right_topic") == F.col("t"))
+                    & (F.col("right_offset") == F.col("o"))
+                    & (F.col("partition") == F.col("p"))
+                ),
+                "left_semi",
+            )
+            .select("fingerprint")
+            .distinct()
+            .withColumn("prone", F.lit(True))
+        )
+    exp = expected.groupBy("fingerprint").agg(
+        F.count("*").alias("expected"), F.min("partition").alias("e_partition"),
+        F.first("key").alias("e_key"), F.first("inputs").alias("e_inputs"),
+    )  # fmt: skip
+    if late_prone is not None:
+        exp = exp.join(flagged, "fingerprint", "left").fillna(False, ["prone"])
+    else:
+        exp = exp.withColumn("prone", F.lit(False))
+    act = audit.groupBy("fingerprint").agg(
+        F.count("*").alias("copies"),
+        F.countDistinct("writer").alias("writers"),
+        F.min("partition").alias("a_partition"),
+        F.first(F.col("key").cast("string")).alias("a_key"),
+    )
+    placed = (
+        audit.select("fingerprint", F.col("partition").alias("p"))
+        .join(expected.select("fingerprint", F.col("partition").alias("q")).distinct(), "fingerprint")
+        .filter(F.col("p") != F.col("q"))
+        .groupBy("fingerprint")
+        .agg(F.count("*").alias("misplaced"))
+    )
+    copies, wanted = F.coalesce("copies", F.lit(0)), F.coalesce("expected", F.lit(0))
+    extra = F.greatest(copies - wanted, F.lit(0))
+    short = F.greatest(wanted - copies, F.lit(0))
     joined = (
-        exp.join(act, "join_id", "full_outer")
-        .withColumn("status", status)
-        .withColumn("partition", F.coalesce("e_partition", "a_partition"))
-        .withColumn("auction_id", F.coalesce("e_auction_id", "a_auction_id"))
-        .withColumn("dups", F.greatest(F.coalesce(F.col("copies"), F.lit(1)) - 1, F.lit(0)))
-        .select("join_id", "partition", "auction_id", "status", "copies", "dups")
+        exp.join(act, "fingerprint", "full_outer")
+        .join(placed, "fingerprint", "left")
+        .select(
+            "fingerprint",
+            F.coalesce("e_partition", "a_partition").alias("partition"),
+            F.coalesce("e_key", "a_key").alias("key"),
+            F.coalesce("e_inputs", F.lit("")).alias("inputs"),
+            F.least(copies, wanted).alias("matched"),
+            F.when(~F.coalesce("prone", F.lit(False)), short).otherwise(0).alias("missing"),
+            F.when(F.coalesce("prone", F.lit(False)), short).otherwise(0).alias("late_by_stream_only"),
+            F.when(F.col("expected").isNull(), copies).otherwise(0).alias("spurious"),
+            F.when(F.col("expected").isNotNull() & (F.col("writers") > 1), extra)
+            .otherwise(0)
+            .alias("redelivered"),
+            F.when(F.col("expected").isNotNull() & (F.col("writers") <= 1), extra)
+            .otherwise(0)
+            .alias("repeated"),
+            F.coalesce("misplaced", F.lit(0)).alias("misplaced"),
+        )
         .cache()
     )
-    sums = [F.sum((F.col("status") == s).cast("int")).alias(s) for s in STATUSES[:4]]
-    per_partition = (
-        joined.groupBy("partition")
-        .agg(*sums, F.sum("dups").alias("duplicates"))
-        .orderBy("partition")
-        .collect()
-    )
-    by_partition = [{k: int(v or 0) for k, v in r.asDict().items()} for r in per_partition]
-    totals = {s: sum(r[s] for r in by_partition) for s in STATUSES}
-    odd = joined.filter((F.col("status") != "matched") | (F.col("dups") > 0))
-    found = odd.orderBy("partition", "auction_id", "join_id").limit(examples).collect()
-    shown = [
-        {
-            **r.asDict(),
-            "status": r["status"] if r["status"] != "matched" else "duplicate",
-            "copies": int(r["copies"] or 0),
-        }
-        for r in found
-    ]
+    sums = [F.sum(c).alias(c) for c in RESULT_CATEGORIES]
+    rows = joined.groupBy("partition").agg(*sums).orderBy("partition").collect()
+    by_partition = [{k: int(v or 0) for k, v in r.asDict().items()} for r in rows]
+    totals = {c: sum(r[c] for r in by_partition) for c in RESULT_CATEGORIES}
+    odd = joined.filter(sum((F.col(c) > 0).cast("int") for c in RESULT_CATEGORIES[1:]) > 0)  # type: ignore[arg-type]
+    shown = []
+    for r in odd.orderBy("partition", "key").limit(examples).collect():
+        category = next(c for c in RESULT_CATEGORIES[1:] if r[c] > 0)
+        shown.append({"category": category, "partition": r["partition"], "key": r["key"],
+                      "fingerprint": r["fingerprint"], "inputs": r["inputs"]})  # fmt: skip
     joined.unpersist()
-    return Report(totals, by_partition, shown)
+    return totals, by_partition, shown
 
 
-def misplaced_inputs(
-    output: JoinOutput, topics: dict[str, str], partitioner: str, examples: int = 20
-) -> MisplacedInputs:
-    """The reference's misplaced input records, by topic (`topics`: side -> topic name)."""
+def compare_letters(
+    twin: TwinOutput, stream: DataFrame, examples: int
+) -> tuple[dict[str, int], list[dict[str, Any]], int]:
+    """Dead letters by where they were read (topic, partition, offset) and category."""
     from pyspark.sql import functions as F
 
-    topic = F.when(F.col("side") == "left", topics["left"]).otherwise(topics["right"])
-    found = output.misplaced.withColumn("topic", topic)
+    place = ["topic", "partition", "offset"]
+    parsed = stream.select(F.from_json(F.col("value").cast("string"), LETTER_SCHEMA).alias("d")).select("d.*")
+    handler_errors = parsed.filter(F.col("category") == "handler_error").count()
+    theirs = (
+        parsed.filter(F.col("category") != "handler_error")
+        .groupBy(*place)
+        .agg(F.count("*").alias("copies"), F.first("category").alias("stream"))
+    )
+    ours = twin.dead_letters.select(*place, F.col("category").alias("twin"))
+    joined = ours.join(theirs, place, "full_outer").cache()
+    status = (
+        F.when(F.col("stream").isNull(), "missing")
+        .when(F.col("twin").isNull(), "spurious")
+        .when(F.col("twin") != F.col("stream"), "other_category")
+        .otherwise("matched")
+    )
+    labelled = joined.withColumn("status", status)
+    totals = {r["status"]: int(r["count"]) for r in labelled.groupBy("status").count().collect()}
+    extra = labelled.agg(F.sum(F.greatest(F.coalesce("copies", F.lit(0)) - 1, F.lit(0))).alias("n")).first()
+    totals["redelivered"] = int((extra or {"n": 0})["n"] or 0)
+    odd = labelled.filter(F.col("status") != "matched").orderBy(*place).limit(examples).collect()
+    fields = ("topic", "partition", "offset", "twin", "stream")
+    shown = [{"category": r["status"], **{f: r[f] for f in fields}} for r in odd]
+    joined.unpersist()
+    return {c: totals.get(c, 0) for c in LETTER_CATEGORIES}, shown, handler_errors
+
+
+def stream_counters(spark: SparkSession, connection: Connection, changelog: str) -> dict[str, int]:
+    """The operator's counters as the stream last wrote them to its changelog, summed over
+    partitions (the last value of `m:<counter>` on each); empty if there is no changelog."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    try:
+        offsets(connection, [changelog])
+    except KafkaReadError:
+        return {}
+    names = {meta_key(name).decode(): name for name in STREAM_COUNTERS}
+    raw = read_topic(spark, connection, changelog).withColumn("name", F.col("key").cast("string"))
+    last = Window.partitionBy("partition", "name").orderBy(F.col("offset").desc())
     rows = (
-        found.groupBy("topic", "partition", "belongs_to")
-        .agg(F.count("*").alias("records"))
-        .orderBy("topic", "partition", "belongs_to")
+        raw.filter(F.col("name").isin(*names))
+        .withColumn("n", F.row_number().over(last))
+        .filter(F.col("n") == 1)
+        .select("name", "value")
         .collect()
     )
-    by_partition = [r.asDict() for r in rows]
-    by_topic = dict.fromkeys(topics.values(), 0)
-    for row in by_partition:
-        by_topic[row["topic"]] += row["records"]
-    shown = found.orderBy("topic", "partition", "seq").limit(examples).collect()
-    sample = [
-        {"topic": r["topic"], "partition": r["partition"], "belongs_to": r["belongs_to"],
-         "key": bytes(r["key"]).decode("utf-8", errors="replace")}
-        for r in shown
-    ]  # fmt: skip
-    return MisplacedInputs(partitioner, by_topic, by_partition, sample)
+    totals = dict.fromkeys(STREAM_COUNTERS, 0)
+    for row in rows:
+        if row["value"]:
+            totals[names[row["name"]]] += decode_int(bytes(row["value"]))
+    return totals
+
+
+def twin_counters(twin: TwinOutput) -> dict[str, int]:
+    found = {r["status"]: int(r["count"]) for r in twin.records.groupBy("status").count().collect()}
+    return {name: found.get(status, 0) for name, status in STREAM_COUNTERS.items()}
+
+
+def misplaced_inputs(twin: TwinOutput) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    spec = twin.ref.spec()
+    rows = twin.dead_letters.filter(F.col("category") == "wrong_partition").groupBy("topic").count().collect()
+    found = dict.fromkeys(spec.input_topics, 0)
+    found.update({r["topic"]: int(r["count"]) for r in rows})
+    return found
+
+
+def reconcile(
+    spark: SparkSession,
+    ref: JoinRef,
+    twin: TwinOutput,
+    connection: Connection,
+    audit_topic: str | None = None,
+    examples: int = 20,
+) -> Report:
+    """The report of the stream's output (audit, dead letters, changelog) against `twin`."""
+    spec = ref.spec()
+    audit = audit_records(spark, connection, audit_topic or spec.audit_topic)
+    module = kind_module(spec.kind.name)
+    prone = module.late_prone(twin.records, spec) if hasattr(module, "late_prone") else None
+    results, by_partition, shown = compare_results(twin, audit, prone, examples)
+    letters, letter_examples, handler_errors = compare_letters(
+        twin, read_topic(spark, connection, spec.dead_letter_topic), examples
+    )
+    counters = {
+        "twin": twin_counters(twin),
+        "stream": stream_counters(spark, connection, spec.changelog_topic),
+    }
+    return Report(spec.name, results, by_partition, shown, letters, letter_examples, handler_errors, counters,
+                  misplaced_inputs(twin))  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline reconcile",
-        description="Compare the stream join's output topic with the reference join: matched, "
-        "missing, extra, different and duplicated records by partition. Exit 0 if they agree.",
+        description="Compare what the stream produced for a declared join (its audit topic, dead letters "
+        "and counters) with the batch twin. Exit 0 if nothing is missing or spurious.",
     )
-    actual = parser.add_mutually_exclusive_group(required=True)
-    actual.add_argument("--output-topic", help="the stream's output topic (needs --bootstrap)")
-    actual.add_argument("--actual", type=Path, help="the stream's output as Parquet")
-    expected = parser.add_mutually_exclusive_group()
-    expected.add_argument("--expected", type=Path, help="reference results (join --out)")
-    expected.add_argument("--input", type=Path, help="input Parquet from `generate`")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (topics input/output)")
-    add_client_config_argument(parser)
-    parser.add_argument("--impressions-topic", default="impressions")
-    parser.add_argument("--clicks-topic", default="clicks")
-    add_window_arguments(parser)
-    parser.add_argument("--examples", type=int, default=20, help="example keys shown")
+    add_join_arguments(parser)
+    add_spark_arguments(parser)
+    parser.add_argument("--audit-topic", help="the audit records to judge (default: the join's audit topic)")
+    parser.add_argument("--examples", type=int, default=20, help="examples shown per table")
     parser.add_argument(
-        "--allow-duplicates",
+        "--strict-duplicates",
         action="store_true",
-        help="duplicates do not fail the run (at-least-once delivery)",
+        help="fail on redelivered duplicates too (a run with no crash and no rebalance)",
     )
     parser.add_argument(
         "--allow-misplaced",
@@ -244,46 +370,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _expected(spark: SparkSession, args: argparse.Namespace) -> tuple[DataFrame, MisplacedInputs | None]:
-    """The reference results, and the misplaced input records when the input was read."""
-    if args.expected:
-        return spark.read.parquet(str(args.expected)), None
-    if args.input:
-        records = load_parquet(spark, str(args.input))
-        topics = {"left": "impressions", "right": "clicks"}
-    elif args.bootstrap:
-        records = load_topics(spark, connection_from(args), args.impressions_topic, args.clicks_topic)
-        topics = {"left": args.impressions_topic, "right": args.clicks_topic}
-    else:
-        raise SystemExit("reconcile: give --expected, --input or --bootstrap for the reference")
-    output = reference_join(records, params_of(args))
-    return output.results, misplaced_inputs(output, topics, args.partitioner, args.examples)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.output_topic and not args.bootstrap:
-        raise SystemExit("reconcile: --output-topic needs --bootstrap")
+    ref = join_of(args)
+    spec = ref.spec()
+    if not spec.audit and not args.audit_topic:
+        raise SystemExit(
+            f"reconcile: join {spec.name!r} writes no audit: declare it with audit=True (docs/pipeline.md)"
+        )
     from pipeline.spark import progress, session
 
     began = time.monotonic()
+    connection = connection_from(args) if args.bootstrap else Connection(app_bootstrap(spec))
     spark = session(args.master, "tandem-reconcile", args.shuffle_partitions)
     with progress(spark, "reconcile"):
-        unreadable = 0
-        if args.output_topic:
-            actual, unreadable = read_output_topic(spark, connection_from(args), args.output_topic)
-        else:
-            actual = spark.read.parquet(str(args.actual))
-        expected, misplaced = _expected(spark, args)
-        report = compare(expected, actual, args.examples)
-    report.unreadable = unreadable
-    report.allow_duplicates = args.allow_duplicates
-    report.misplaced = misplaced
+        try:
+            twin = run_twin(spark, ref, source_of(args))
+        except UnknownKind as exc:
+            raise SystemExit(f"reconcile: {exc}") from None
+        report = reconcile(spark, ref, twin, connection, args.audit_topic, args.examples)
+        report.twin_counts = twin.counts()
+    report.strict_duplicates = args.strict_duplicates
     report.allow_misplaced = args.allow_misplaced
     print(report.render())
     print(f"reconcile: done in {time.monotonic() - began:.1f} s", file=sys.stderr)
     if args.json:
-        args.json.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
+        found = {**asdict(report), "ok": report.ok, "failures": report.failures}
+        args.json.write_text(json.dumps(found, indent=2, default=str))
     return 0 if report.ok else 1
 
 

@@ -21,12 +21,14 @@ FAST_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
 def _python_env() -> None:
-    """Workers must run this interpreter and import this repository's packages."""
+    """Workers must run this interpreter and import this repository's packages, and the user's
+    app module (`--app`) from where the command runs, as `faust -A` finds it."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(REPO_ROOT) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *paths])
+    missing = [p for p in (str(REPO_ROOT), os.getcwd()) if p not in paths]
+    if missing:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*dict.fromkeys(missing), *paths])
 
 
 def session(
@@ -50,6 +52,8 @@ def session(
         .config("spark.driver.extraJavaOptions", FAST_JVM)
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .config("spark.sql.session.timeZone", "UTC")
+        # Topic names are strings, even in a Parquet directory `topic=2024/`.
+        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         # Local mode runs everything in the driver JVM; 1 GiB (Spark's default) spills early.
         .config("spark.driver.memory", os.environ.get("TANDEM_DRIVER_MEMORY", "4g"))
     )

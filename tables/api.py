@@ -83,6 +83,7 @@ def join(
     partitioner: Partitioner = "murmur2",
     tables: Sequence[TableT] = (),
     max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+    audit: bool = False,
 ) -> Callable[[Handler], JoinSpec]:
     """Declare a windowed join of two co-partitioned Faust topics by their Kafka key, and the
     handler that consumes its results (like `@app.agent`).
@@ -103,6 +104,9 @@ def join(
       partition count, placed and replicated with the join), and the handler writes to the
       partition of the result it is handling.
     - `max_value_bytes`: larger values are dead-lettered (None: no limit).
+    - `audit`: also write, for every result handed to the handler, a small record (its
+      partition, time and fingerprint) to `{app id}-{name}-audit`, with the batch's output:
+      what `python -m pipeline reconcile` compares with the batch twin (docs/pipeline.md).
 
     The handler receives a `JoinResults` stream; it may send to topics and update tables.
     Input offsets are committed only after the handler has taken every result they
@@ -120,6 +124,7 @@ def join(
             partitioner=partitioner,
             tables=tuple(tables),
             max_value_bytes=max_value_bytes,
+            audit=audit,
         )
         return declared(spec)
 

@@ -74,6 +74,8 @@ class JoinSpec:
     tables: Sequence[TableT] = ()
     max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES
     headers: Sequence[tuple[str, bytes]] = field(default_factory=tuple)
+    # Write one audit record per result to `audit_topic` (tables/runtime/output.py).
+    audit: bool = False
 
     @property
     def changelog_topic(self) -> str:
@@ -84,6 +86,12 @@ class JoinSpec:
     def dead_letter_topic(self) -> str:
         """Where records the join cannot use go, with the reason."""
         return f"{self.app.conf.id}-{self.name}-dead-letters"
+
+    @property
+    def audit_topic(self) -> str:
+        """With `audit`: one record per result handed to the handler (its partition, time and
+        fingerprint), for `python -m pipeline reconcile`."""
+        return f"{self.app.conf.id}-{self.name}-audit"
 
     @property
     def input_topics(self) -> tuple[str, str]:

@@ -9,15 +9,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
-import tempfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from assignor.faust_adapter import clients
-from pipeline.generate import TrafficConfig, generate
 from pipeline.spark import session
 
 
@@ -31,22 +28,6 @@ def spark_session() -> SparkSession:
     )
     atexit.register(spark.stop)
     return spark
-
-
-# Busy small traffic: short event-time span, much disorder, lateness and duplicates.
-BUSY_TRAFFIC = TrafficConfig(
-    impressions=1500, partitions=3, ctr=0.5, click_delay_ms=20_000, rate_per_s=5,
-    out_of_order=0.2, disorder_ms=20_000, late=0.05, late_ms=60_000, duplicates=0.05,
-    malformed=0.02, start_ms=1_700_000_000_000, seed=11,
-)  # fmt: skip
-
-
-@functools.cache
-def busy_traffic() -> Path:
-    """BUSY_TRAFFIC generated once per test session (by the Spark `generate` job)."""
-    out = Path(tempfile.mkdtemp(prefix="tandem-traffic-"))
-    generate(spark_session(), BUSY_TRAFFIC, out)
-    return out
 
 
 async def produce_values(

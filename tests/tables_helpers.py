@@ -23,8 +23,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rocksdict import AccessType, Options, Rdict
 
-from pipeline.records import Rejected, validate
-from pipeline.semantics import result as ad_result
+from app.contract import Rejected, validate
+from app.contract import result as ad_result
 from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedKind
 from tables.state.manager import JoinState
 from tables.state.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore

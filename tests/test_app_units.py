@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.contract import Rejected, validate
 from app.settings import from_env
 from app.traffic import Traffic
 from assignor.faust_adapter.group import delay_follower_sync
 from assignor.faust_adapter.settings import TandemSettings
-from pipeline.records import Rejected, validate
 from tables.records.codecs import Accepted
 from tables.web.view import render_html
 
@@ -43,7 +43,7 @@ def test_traffic_expects_one_join_per_clicked_auction() -> None:
     assert traffic.bad == 10
 
 
-# -- the app's record rules agree with the batch side's (pipeline/records.py) ------------
+# -- the app's record rules agree with their plain statement (app/contract.py) ------------
 
 DAY = 24 * 3600 * 1000
 
@@ -87,8 +87,8 @@ def test_the_worker_rejects_exactly_what_the_batch_side_skips(
     side: str, record: dict[str, object], key: bytes, raw: bytes | None
 ) -> None:
     """The stream (the app's Faust records plus its checks, through the join's codec) and the
-    Spark twin (pipeline.records.validate) must agree on every record, or reconcile would
-    report results the stream could never produce."""
+    plain statement of the contract (app.contract.validate, what the Faust-table baseline and the
+    tests' models use) must agree on every record."""
     now = int(time.time() * 1000)
     if type(record.get("ts")) is int and abs(record["ts"]) < 10 * DAY:  # type: ignore[arg-type]
         record["ts"] = now + record["ts"]  # type: ignore[operator]

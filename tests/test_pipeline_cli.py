@@ -9,6 +9,8 @@ import pytest
 
 from pipeline.__main__ import JOBS
 from pipeline.__main__ import main as pipeline_main
+from pipeline.join import build_parser as join_parser
+from pipeline.join import join_of
 
 
 @pytest.mark.parametrize("job", sorted(JOBS))
@@ -36,4 +38,15 @@ def test_module_entry_point() -> None:
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0 and "--allow-duplicates" in done.stdout
+    assert done.returncode == 0 and "--strict-duplicates" in done.stdout and "--app" in done.stdout
+
+
+def test_the_jobs_find_the_declared_joins_by_name() -> None:
+    """`--app` imports the module (no worker); `--join` picks one of its joins, named when missing."""
+    found = join_of(join_parser().parse_args(["--app", "tests.apps.two_joins", "--join", "wide"]))
+    assert found.join == "wide" and found.spec().input_topics == ("b1", "b2")
+    with pytest.raises(SystemExit, match=r"declares 2 joins: name one with --join \(narrow, wide\)"):
+        join_of(join_parser().parse_args(["--app", "tests.apps.two_joins"]))
+    with pytest.raises(SystemExit, match="no join 'nope'; its joins: narrow, wide"):
+        join_of(join_parser().parse_args(["--app", "tests.apps.two_joins", "--join", "nope"]))
+    assert join_of(join_parser().parse_args(["--app", "examples.orders"])).join == "paid"

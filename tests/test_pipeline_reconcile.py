@@ -1,153 +1,187 @@
-"""reconcile catches a dropped, an added, a changed and a duplicated output record."""
+"""reconcile against an audit written as a faithful stream would write it, then with one result
+dropped, one added, one repeated by its writer, one redelivered by another writer, one on
+another partition, one lost to a record the stream could have read late, a dead letter
+dropped and another of another category: each lands in its own category, and the run fails
+for exactly the ones that mean loss or a wrong result.
+
+The input goes through `pipeline.produce` for the records it places (seq headers) and a bare
+producer for the rest (no seq, Kafka timestamps out of offset order), on a broker of its own.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import random
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import orjson
 import pytest
+from aiokafka import AIOKafkaProducer
 from pyspark.sql import SparkSession
 
-from pipeline import join, reconcile
-from pipeline.join import load_topics, reference_join
-from pipeline.produce import produce
-from pipeline.reconcile import MisplacedInputs, Report
-from pipeline.semantics import JoinParams
+from pipeline.apps import JoinRef
+from pipeline.inputs import Topics
+from pipeline.kafka import Connection
+from pipeline.reconcile import Report, reconcile
+from pipeline.twin import TwinOutput, run_twin
+from tables.operators.keys import encode_int, meta_key
+from tables.records.partitioners import partition_for
 from tables.testing import EmbeddedBroker, create_topics
-from tests.spark_fixtures import busy_traffic, produce_values, spark_session
+from tests.apps.twin_joins import PARTITIONS
+from tests.spark_fixtures import spark_session
 
-WINDOW = ["--kind", "left", "--after", "30000", "--grace", "5000"]
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+JOIN = JoinRef("tests.apps.twin_joins", "left-int")  # before 0, after 3, grace 0 (ms); ids; time field
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark() -> SparkSession:
     return spark_session()
 
 
-@pytest.fixture(scope="session")
-def expected(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The reference results, written by the `join` command itself."""
-    out = tmp_path_factory.mktemp("expected") / "results"
-    assert join.main(["--input", str(busy_traffic()), "--out", str(out), *WINDOW]) == 0
-    return out
+def event(i: str, ts: int) -> bytes:
+    return orjson.dumps({"id": i, "ts": ts})
 
 
-def load(path: Path) -> list[dict[str, Any]]:
-    rows = pq.read_table(str(path)).to_pylist()
-    return sorted(rows, key=lambda r: r["join_id"])
+def placed_rows() -> list[dict[str, Any]]:
+    """Orders of keys 1-40 with partners, some not, a few bad and misplaced records."""
+    rng = random.Random(4)
+    spec = JOIN.spec()
+    rows = []
+    for n in range(400):
+        side = rng.choice(["left", "right"])
+        key = str(rng.randint(1, 40)).encode()
+        value = event(f"{side[0]}{n}", 1000 + n // 2 + rng.randint(0, 2))
+        rows.append({"topic": getattr(spec, side).name, "key": key, "value": value, "seq": n})
+    rows.append({"topic": spec.left.name, "key": b"7", "value": b"{not json", "seq": 400})
+    rows.append({"topic": spec.right.name, "key": b"8", "value": event("x", 1100), "seq": 401,
+                 "partition": (partition_for(b"8", PARTITIONS, "murmur2") + 1) % PARTITIONS})  # fmt: skip
+    return rows
 
 
-def publish(broker: EmbeddedBroker, topic: str, rows: list[dict[str, Any]], extra: list[bytes]) -> None:
-    """What a stream join would write: JSON values keyed by auction id, on 3 partitions."""
-    asyncio.run(create_topics(broker.bootstrap, [topic], 3))
-    payload = [
-        (r["auction_id"].encode(), json.dumps({k: v for k, v in r.items() if k != "partition"}).encode())
+async def prone_rows(bootstrap: str) -> None:
+    """Key 99, produced a, b, c but sequenced b, c, a: the twin (in seq order) joins b (time
+    2000) with c, but b lies after a (time 5000) in its input partition: a worker reading a
+    backlog may have joined a first and dropped b as late."""
+    spec, partition = JOIN.spec(), partition_for(b"99", PARTITIONS, "murmur2")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        sent = [(spec.left.name, event("a", 5000), 405), (spec.left.name, event("b", 2000), 403),
+                (spec.right.name, event("c", 2001), 404)]  # fmt: skip
+        for topic, value, seq in sent:
+            headers = [("seq", str(seq).encode())]
+            await producer.send_and_wait(topic, value, key=b"99", partition=partition, headers=headers)
+    finally:
+        await producer.stop()
+
+
+def audit_of(twin: TwinOutput) -> list[tuple[bytes, int, dict[str, Any]]]:
+    """(key, partition, value) of the audit records a faithful stream writes."""
+    from pyspark.sql import functions as F
+
+    typed = twin.results.select(
+        "fingerprint", *[F.col(c).alias(f"t_{c}") for c in ("partition", "left_offset", "right_offset")]
+    )
+    same = [F.col(c).eqNullSafe(F.col(f"t_{c}")) for c in ("partition", "left_offset", "right_offset")]
+    rows = twin.raw_results.join(typed, same[0] & same[1] & same[2]).collect()
+    return [
+        (bytes(r["key"]), r["partition"],
+         {"partition": r["partition"], "ts": r["ts"], "fingerprint": r["fingerprint"], "writer": "w.1"})
         for r in rows
-    ] + [(b"junk", value) for value in extra]
-    asyncio.run(produce_values(broker.bootstrap, topic, payload))
+    ]  # fmt: skip
 
 
-def run(args: list[str], tmp_path: Path) -> tuple[int, dict[str, Any]]:
-    report = tmp_path / "report.json"
-    status = reconcile.main([*args, "--json", str(report)])
-    return status, json.loads(report.read_text())
+async def write(bootstrap: str, topic: str, records: list[tuple[bytes | None, int, bytes]]) -> None:
+    await create_topics(bootstrap, [topic], PARTITIONS)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for key, partition, value in records:
+            await producer.send(topic, value, key=key, partition=partition)
+        await producer.flush()
+    finally:
+        await producer.stop()
 
 
-@pytest.mark.spark
-def test_a_faithful_stream_output_reconciles(
-    expected: Path, broker: EmbeddedBroker, unique: str, tmp_path: Path
-) -> None:
-    rows = load(expected)
-    topic = f"joins-ok-{unique}"
-    publish(broker, topic, rows, [])
-    status, report = run(
-        ["--output-topic", topic, "--bootstrap", broker.bootstrap, "--expected", str(expected)],
-        tmp_path,
-    )
-    assert status == 0 and report["ok"]
-    assert report["totals"]["matched"] == len(rows) > 100
-    assert sum(p["matched"] for p in report["by_partition"]) == len(rows)
+def letters_of(twin: TwinOutput) -> list[dict[str, Any]]:
+    return [
+        {"join": "left-int", "topic": r["topic"], "partition": r["partition"], "offset": r["offset"],
+         "reason": r["reason"], "category": r["category"], "key": None, "value": None}
+        for r in twin.dead_letters.collect()
+    ]  # fmt: skip
 
 
-@pytest.mark.spark
-def test_dropped_added_changed_and_duplicated_records_are_caught(
-    expected: Path, broker: EmbeddedBroker, unique: str, tmp_path: Path
-) -> None:
-    rows = load(expected)
-    dropped, changed, doubled = rows[3], rows[10], rows[20]
-    added = {**rows[30], "join_id": "imp-bogus|", "impression_id": "imp-bogus"}
-    actual = [r for r in rows if r is not dropped and r is not changed]
-    actual += [{**changed, "ts": changed["ts"] + 1}, doubled, added]
-    topic = f"joins-bad-{unique}"
-    publish(broker, topic, actual, [b"{not json"])
-    # The reference computed from the input this time, not read from Parquet.
-    status, report = run(
-        ["--output-topic", topic, "--bootstrap", broker.bootstrap,
-         "--input", str(busy_traffic()), *WINDOW],
-        tmp_path,
-    )  # fmt: skip
-    assert status == 1 and not report["ok"]
-    totals = report["totals"]
-    assert totals == {
-        "matched": len(rows) - 2, "different": 1, "missing": 1, "extra": 1, "duplicates": 1,
-    }  # fmt: skip
-    assert report["unreadable"] == 1
-    flagged = {(e["status"], e["join_id"]) for e in report["examples"]}
-    assert flagged == {
-        ("missing", dropped["join_id"]), ("different", changed["join_id"]),
-        ("extra", "imp-bogus|"), ("duplicate", doubled["join_id"]),
-    }  # fmt: skip
-    by_partition = {p["partition"]: p for p in report["by_partition"]}
-    assert by_partition[dropped["partition"]]["missing"] == 1
-    assert by_partition[doubled["partition"]]["duplicates"] == 1
+def test_reconcile_sorts_every_difference_into_its_category(spark: SparkSession, tmp_path: Path) -> None:
+    from pipeline.produce import produce
+
+    spec = JOIN.spec()
+    with EmbeddedBroker(log_dir=tmp_path / "broker") as broker:
+        connection = Connection(broker.bootstrap)
+        asyncio.run(create_topics(broker.bootstrap, list(spec.input_topics), PARTITIONS))
+        asyncio.run(produce(connection, spec, placed_rows(), PARTITIONS))
+        asyncio.run(prone_rows(broker.bootstrap))
+        twin = run_twin(spark, JOIN, Topics(broker.bootstrap))
+        audit = audit_of(twin)
+        letters = letters_of(twin)
+        assert len(audit) > 100 and {d["category"] for d in letters} == {"undecodable", "wrong_partition"}
+        late = twin.counts()["operator"]["late"]
+        counters = {"late": late + 2, "duplicates": 0}
+        asyncio.run(write(broker.bootstrap, spec.changelog_topic, [
+            (meta_key(name), 0, encode_int(n)) for name, n in counters.items()
+        ]))  # fmt: skip
+        asyncio.run(write(broker.bootstrap, spec.dead_letter_topic,
+                          [(None, d["partition"], orjson.dumps(d)) for d in letters]))  # fmt: skip
+
+        def judge(topic: str, records: list[tuple[bytes, int, dict[str, Any]]]) -> Report:
+            asyncio.run(write(broker.bootstrap, topic, [(k, p, orjson.dumps(v)) for k, p, v in records]))
+            return reconcile(spark, JOIN, twin, connection, topic, examples=20)
+
+        faithful = judge("audit-faithful", audit)
+        normal = [a for a in audit if a[0] != b"99"]
+        assert len(normal) == len(audit) - 1  # the one result of key 99: b with c
+        mutated = normal[1:]  # one lost; and the late-prone one
+        k, p, v = normal[1]
+        mutated.append((k, p, v))  # repeated by its writer
+        k, p, v = normal[2]
+        mutated.append((k, p, {**v, "writer": "w.2"}))  # redelivered after a rebalance
+        k, p, v = normal[3]
+        mutated[2] = (k, (p + 1) % PARTITIONS, {**v, "partition": (p + 1) % PARTITIONS})  # normal[3], moved
+        mutated.append((b"nope", 0, {"partition": 0, "ts": 1, "fingerprint": "00" * 16, "writer": "w.1"}))
+        different = judge("audit-mutated", mutated)
+    twin.unpersist()
+
+    assert faithful.results == {"matched": len(audit), "missing": 0, "late_by_stream_only": 0, "spurious": 0,
+                                "redelivered": 0, "repeated": 0, "misplaced": 0}  # fmt: skip
+    assert faithful.letters["matched"] == len(letters) and faithful.handler_errors == 0
+    assert faithful.counters == {"twin": {"late": late, "duplicates": 0}, "stream": counters}
+    # The misplaced input record (a right record read from another partition) fails the run alone.
+    assert faithful.misplaced_inputs == {spec.left.name: 0, spec.right.name: 1}
+    assert faithful.failures == ["misplaced input records"]
+    faithful.allow_misplaced = True
+    assert faithful.ok, faithful.render()
+
+    assert different.results == {"matched": len(audit) - 2, "missing": 1, "late_by_stream_only": 1,
+                                 "spurious": 1, "redelivered": 1, "repeated": 1, "misplaced": 1}  # fmt: skip
+    different.allow_misplaced = True
+    assert different.failures == ["missing", "spurious", "repeated", "misplaced"]
+    different.strict_duplicates = True
+    assert "redelivered" in different.failures
+    shown = {(e["category"], e["key"]) for e in different.examples}
+    assert ("late_by_stream_only", "99") in shown and ("spurious", "nope") in shown
+    assert "verdict: MISMATCH" in different.render()
 
 
-def test_duplicates_fail_unless_allowed() -> None:
-    totals = {"matched": 5, "different": 0, "missing": 0, "extra": 0, "duplicates": 2}
-    assert not Report(totals, [], []).ok
-    assert Report(totals, [], [], allow_duplicates=True).ok
-    assert not Report({**totals, "missing": 1}, [], [], allow_duplicates=True).ok
-
-
-@pytest.mark.spark
-def test_misplaced_inputs_are_their_own_category(
-    spark: SparkSession, broker: EmbeddedBroker, unique: str, tmp_path: Path
-) -> None:
-    """Clicks placed by CRC32 (librdkafka's default): the stream, faithful to the contract,
-    writes exactly the reference's results, yet reconcile fails and names the lost input."""
-    inputs = {"impressions": f"imp-{unique}", "clicks": f"clk-{unique}"}
-    asyncio.run(produce(broker.bootstrap, busy_traffic(), inputs, partitioners={"clicks": "crc32"}))
-    reference = reference_join(
-        load_topics(spark, broker.bootstrap, inputs["impressions"], inputs["clicks"]),
-        JoinParams(after=30_000, grace=5_000, kind="left"),
-    )
-    rows = [r.asDict() for r in reference.results.collect()]
-    moved = reference.misplaced.count()
-    output = f"joins-misplaced-{unique}"
-    publish(broker, output, rows, [])
-    status, report = run(
-        ["--output-topic", output, "--bootstrap", broker.bootstrap, *WINDOW,
-         "--impressions-topic", inputs["impressions"], "--clicks-topic", inputs["clicks"]],
-        tmp_path,
-    )  # fmt: skip
-    assert status == 1 and not report["ok"]
-    assert report["totals"]["matched"] == len(rows) and report["totals"]["missing"] == 0
-    found = report["misplaced"]
-    assert found["by_topic"] == {inputs["impressions"]: 0, inputs["clicks"]: moved} and moved > 200
-    assert sum(r["records"] for r in found["by_partition"]) == moved
-    assert all(r["partition"] != r["belongs_to"] for r in found["by_partition"])
-    assert found["examples"] and found["partitioner"] == "murmur2"
-
-
-def test_misplaced_inputs_fail_unless_allowed() -> None:
-    totals = {"matched": 5, "different": 0, "missing": 0, "extra": 0, "duplicates": 0}
-    lost = MisplacedInputs("murmur2", {"imp": 0, "clk": 3}, [], [])
-    none = MisplacedInputs("murmur2", {"imp": 0, "clk": 0}, [], [])
-    assert not Report(totals, [], [], misplaced=lost).ok
-    assert Report(totals, [], [], misplaced=lost, allow_misplaced=True).ok
-    assert Report(totals, [], [], misplaced=none).ok
-    assert "clk=3" in Report(totals, [], [], misplaced=lost).render()
-    assert "not checked" in Report(totals, [], []).render()
+def test_dead_letters_missing_or_of_another_category_fail() -> None:
+    results = dict.fromkeys(["matched", "missing", "late_by_stream_only", "spurious", "redelivered",
+                             "repeated", "misplaced"], 0)  # fmt: skip
+    base = dict(join="j", results=results, by_partition=[], examples=[], letter_examples=[],
+                handler_errors=0, counters={}, misplaced_inputs={})  # fmt: skip
+    letters = {"matched": 5, "missing": 0, "spurious": 0, "other_category": 0, "redelivered": 2}
+    assert Report(**base, letters=letters).ok  # type: ignore[arg-type]
+    assert Report(**base, letters={**letters, "missing": 1}).failures == ["dead letters missing"]  # type: ignore[arg-type]
+    assert Report(**base, letters={**letters, "other_category": 1}).failures == [
+        "dead letters other_category"
+    ]  # type: ignore[arg-type]
+    assert Report(**{**base, "results": {**results, "late_by_stream_only": 4}}, letters=letters).ok  # type: ignore[arg-type]

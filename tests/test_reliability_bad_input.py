@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.chaos import DAY_MS, bad_records
-from pipeline.records import Rejected, validate
+from app.contract import Rejected, validate
 from tables.testing import EmbeddedBroker
 from tests.workers import cluster
 

@@ -7,11 +7,15 @@ from datetime import timedelta
 from typing import Any
 
 import faust
+import orjson
 import pytest
 
 from assignor.faust_adapter.partition_assignor import TandemAssignor, tandem
 from tables import JoinDeclarationError, JoinInput, JoinResults, join, runtime_of
+from tables.operators.base import Match, fingerprint
 from tables.operators.windowed import JoinType, JoinWindow
+from tables.runtime.output import audit_value
+from tables.runtime.startup import join_topics
 
 
 def new_app(**conf: Any) -> faust.App:
@@ -44,6 +48,30 @@ def test_a_join_declares_its_topics_window_and_co_partition_group() -> None:
     assert declared.changelog == paid_orders.changelog_topic
     assert set(declared.topics) == {"orders", "payments", f"{app.conf.id}-totals-changelog"}
     assert runtime_of(app).takes("orders") and not runtime_of(app).takes("totals")
+
+
+def test_audit_names_its_topic_created_with_the_join_partition_count() -> None:
+    app = new_app()
+    plain = join(app, app.topic("a"), app.topic("b"), within=1, name="plain")(handler)
+    audited = join(app, app.topic("c"), app.topic("d"), within=1, name="audited", audit=True)(handler)
+    assert not plain.audit and audited.audit
+    assert audited.audit_topic == f"{app.conf.id}-audited-audit"
+    names = [t.name for t in join_topics(plain, 3)]
+    assert names == ["a", "b", plain.changelog_topic, plain.dead_letter_topic]
+    assert {t.name: t.partitions for t in join_topics(audited, 3)}[audited.audit_topic] == 3
+
+
+def test_the_audit_fingerprint_tells_every_part_apart() -> None:
+    """Each part length-prefixed, a missing partner marked: no two results share an encoding."""
+    base = fingerprint(b"k", b"l", b"r", 5)
+    others = [
+        fingerprint(b"kl", b"", b"r", 5), fingerprint(b"k", b"lr", b"", 5), fingerprint(b"k", b"l", None, 5),
+        fingerprint(b"k", None, b"r", 5), fingerprint(b"k", b"", b"r", 5), fingerprint(b"k", b"l", b"r", 6),
+    ]  # fmt: skip
+    assert len({base, *others}) == 7 and len(base) == 16
+    assert fingerprint(b"k", b"l", b"r", 5) == base  # deterministic, across processes too (no salt)
+    value = orjson.loads(audit_value(2, Match(b"k", b"l", b"r", 5), "w.1"))
+    assert value == {"partition": 2, "ts": 5, "fingerprint": base.hex(), "writer": "w.1"}
 
 
 def test_before_and_after_are_relative_to_the_left_record() -> None:

@@ -5,6 +5,8 @@ dead letters, produced as whole record batches and acknowledged before the batch
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Any
 
 import orjson
@@ -13,7 +15,7 @@ from faust.types.tuples import FutureMessage
 
 from tables.kafka.batches import producer_of, start_sending
 from tables.kafka.handler_sends import collected_records, fail_sends, send_record, settle_sends
-from tables.operators.base import Match
+from tables.operators.base import Match, fingerprint
 from tables.records.codecs import Rejected
 from tables.records.partitioners import partitions_for
 from tables.runtime.intake import Letter
@@ -22,6 +24,8 @@ from tables.runtime.stats import JoinStats
 from tables.spec import JoinSpec
 
 Record = tuple[bytes | None, bytes | None, Any]  # key, value, headers
+# This process, in the audit records' writer (with the join's assignment count).
+PROCESS = f"{os.getpid():x}-{uuid.uuid4().hex[:8]}"
 
 
 class Collector:
@@ -37,10 +41,20 @@ class Collector:
         # Faust sends the handler queued with their partition known (its tables' changelogs),
         # produced with the batch's output (tables/kafka/handler_sends.py).
         self.faust_sends: list[FutureMessage] = []
+        # With the join's `audit` option: the batch's audit records by partition, and who writes them.
+        self.audited: dict[int, list[Record]] = {}
+        self.writer = PROCESS
+
+    def audit(self, feed: list[tuple[int, Match]]) -> None:
+        """One audit record per result handed to the handler (tables/operators/audit.py), sent with
+        the batch's output to the result's partition of the audit topic."""
+        audited, writer = self.audited, self.writer
+        for partition, match in feed:
+            audited.setdefault(partition, []).append((match.key, audit_value(partition, match, writer), ()))
 
     async def send(self, letters: list[Letter]) -> None:
-        """The handler's sends, its tables' changelogs and the dead letters, in whole
-        batches; then Faust's own pending sends (the handler's other `topic.send()`s); all
+        """The handler's sends, its tables' changelogs, the audit records and the dead letters,
+        in whole batches; then Faust's own pending sends (the handler's other `topic.send()`s); all
         acknowledged."""
         producer = producer_of(self.app)
         size = self.send_batch_bytes
@@ -49,6 +63,9 @@ class Collector:
         for (topic, partition), records in (await self._by_partition(outbox)).items():
             acks += await start_sending(producer, topic, partition, records, batch_bytes=size)
         faust_acks = await self._start_faust_sends(producer, size)
+        audited, self.audited = self.audited, {}
+        for partition, records in audited.items():
+            acks += await start_sending(producer, self.spec.audit_topic, partition, records, batch_bytes=size)
         for partition, records in self._letters(letters).items():
             acks += await start_sending(
                 producer, self.spec.dead_letter_topic, partition, records, batch_bytes=size
@@ -120,6 +137,16 @@ class Collector:
             }
             out.setdefault(partition, []).append((key, orjson.dumps(letter), ()))
         return out
+
+
+def audit_value(partition: int, match: Match, writer: str) -> bytes:
+    """An audit record's value (JSON): the result's partition, timestamp and fingerprint (hex),
+    and its writer, this process and the join's assignment (copies of a result by two writers
+    were handed over again after a crash or a rebalance: at least once)."""
+    found = fingerprint(match.key, match.left, match.right, match.timestamp)
+    return orjson.dumps(
+        {"partition": partition, "ts": match.timestamp, "fingerprint": found.hex(), "writer": writer}
+    )
 
 
 def handler_error_letter(partition: int, match: Match, reason: str) -> Letter:

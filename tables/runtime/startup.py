@@ -29,7 +29,7 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
     creates topics (`create` False: TANDEM_CREATE_TOPICS=false), check that every one is there
     as the join needs it. Returns the join's partition count."""
     app = spec.app
-    own = [spec.changelog_topic, spec.dead_letter_topic]
+    own = [spec.changelog_topic, spec.dead_letter_topic, *([spec.audit_topic] if spec.audit else [])]
     counts = await broker_partition_counts(settings, {*spec.input_topics, *own, *spec.table_changelogs()})
     inputs = {t: counts[t] for t in spec.input_topics if t in counts}
     if len(set(inputs.values())) > 1:
@@ -56,11 +56,13 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
 
 def join_topics(spec: JoinSpec, partitions: int) -> list[Topic]:
     """Every topic the join needs of the broker: its inputs, its changelog (compacted, deleted
-    after its kind's retention) and its dead-letter topic, with one partition count."""
+    after its kind's retention), its dead-letter topic and, with `audit`, its audit topic, with
+    one partition count."""
     return [
         *(Topic(name, partitions) for name in spec.input_topics),
         Topic(spec.changelog_topic, partitions, changelog_configs(spec.kind.retention_ms())),
         Topic(spec.dead_letter_topic, partitions),
+        *([Topic(spec.audit_topic, partitions)] if spec.audit else []),
     ]
 
 

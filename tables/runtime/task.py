@@ -41,7 +41,7 @@ from tables.operators.base import Match, counters_of
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler
 from tables.runtime.intake import Fetch, Intake, Letter
-from tables.runtime.output import Collector
+from tables.runtime.output import PROCESS, Collector
 from tables.runtime.restore import Restore, rebalance_of
 from tables.runtime.results import Serializers
 from tables.runtime.stats import REBALANCE_KINDS, JoinStats, Rebalance
@@ -272,6 +272,8 @@ class JoinTask:
             self.stats.results += len(feed)
             if self._unmatched:
                 self.stats.unmatched += sum(1 for _, m in feed if m.left is None or m.right is None)
+            if self.spec.audit:
+                self.collector.audit(feed)
             await self.handler.handle(feed, intake.built, letters)
         intake.built = {}
         await self.collector.send(letters)
@@ -313,6 +315,7 @@ class JoinTask:
             if partition in self.state.ready:
                 self.intake.resume_from(partition, self.state.positions(partition))
         self.rebalances += 1
+        self.collector.writer = f"{PROCESS}.{self.rebalances}"  # audit records: a new writer
         self.rebalance = rebalance_of(moves, epoch)
         self.rebalance_history.append(self.rebalance)
         for kind in REBALANCE_KINDS:

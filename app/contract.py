@@ -1,9 +1,11 @@
-"""The ad join's input records, decoded and validated for the batch side (docs/join-semantics.md).
+"""The ad join's contract in plain Python, without Faust or Tandem: which input records are
+good (`validate`) and what a result is (`result`), docs/join-semantics.md.
 
-The stream side (the reference app, app/records.py) states the same rules with
-Faust records and the join's checks; tests/test_app_records.py holds the two to
-the same decisions, so the stream (which dead-letters a bad record) and the Spark
-batch twin (which skips it) agree.
+The app itself (app/records.py) states the same rules with Faust records and the join's
+checks, which the batch twin runs as they are (pipeline/). This plain statement serves what
+runs without them: the Faust-table baseline of the benchmarks (benchmarks/faust_table_app.py)
+and the tests' own models of the ad join; tests/test_app_units.py holds it to the app's
+decisions.
 
 JSON is decoded by orjson (strict RFC 8259, UTF-8 only, ~6x faster than the
 standard library): NaN, Infinity, numbers out of double range, lone UTF-16
@@ -85,6 +87,27 @@ def validate(
                     "ts": ts,
                 }
     return _checked(side, key, record, now_ms)
+
+
+def result(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """One output record in the `ad-joins` format, from validated records (app/records.py's
+    `ad_join` makes the same from Faust records)."""
+    anchor = left or right
+    assert anchor is not None
+    ts = max(r["ts"] for r in (left, right) if r is not None)
+    impression_id = left["event_id"] if left else None
+    click_id = right["event_id"] if right else None
+    return {
+        "join_id": f"{impression_id or ''}|{click_id or ''}",
+        "auction_id": anchor["auction_id"],
+        "campaign_id": left["campaign_id"] if left else None,
+        "impression_id": impression_id,
+        "click_id": click_id,
+        "impression_ts": left["ts"] if left else None,
+        "click_ts": right["ts"] if right else None,
+        "ts": ts,
+        "kind": "inner" if left and right else ("left" if left else "right"),
+    }
 
 
 def _checked(side: Side, key: bytes, record: Any, now_ms: int | None) -> dict[str, Any] | Rejected:

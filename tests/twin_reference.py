@@ -1,0 +1,117 @@
+"""The stream's side of the twin's tests: records as Kafka holds them, fed in the arrival
+order of docs/pipeline.md to the stream's own code (the partitioner check, the side codecs
+made from the declaration, the join kind's operator over a MemoryKV), and the same records
+through the twin, each outcome in one shape to compare."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from pipeline.apps import JoinRef
+from pipeline.inputs import RAW_SCHEMA
+from pipeline.twin import TwinOutput, run_twin
+from tables.operators.base import fingerprint
+from tables.operators.kv import MemoryKV
+from tables.records.codecs import DROPPED, Rejected
+from tables.records.partitioners import find_misplaced, misplaced_reason
+from tables.runtime.intake import side_codec
+
+
+@dataclass
+class Row:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    key: bytes | None
+    value: bytes | None
+    seq: int | None
+
+
+def arrival(rows: list[Row], spec: Any) -> list[Row]:
+    """docs/pipeline.md's order of each partition's records: seq, else Kafka timestamp, left
+    before right, offset (as pipeline/twins/windowed.py sorts them)."""
+    rank = {spec.left.name: 0, spec.right.name: 1}
+
+    def order(r: Row) -> tuple[Any, ...]:
+        seq = (0, r.seq) if r.seq is not None else (1, 0)
+        stamp = (0, 0) if r.timestamp is None else (1, r.timestamp)
+        return (r.partition, seq, stamp, rank[r.topic], r.offset)
+
+    return sorted(rows, key=order)
+
+
+# -- the stream's side: its own checks and operator, fed in arrival order -------------------
+
+
+@dataclass
+class Outcome:
+    results: Counter[tuple[int, str, int]]  # (partition, fingerprint, ts)
+    letters: list[tuple[str, int, int, str, str]]  # topic, partition, offset, category, reason
+    null_values: dict[str, int]
+    counters: dict[int, dict[str, int]]  # partition -> late, duplicates
+    unmatched: int = 0  # results without a partner (the stream's side counts them)
+
+
+def stream(ref: JoinRef, rows: list[Row], partitions: int) -> Outcome:
+    spec = ref.spec()
+    codecs = {spec.left.name: side_codec(spec, spec.left), spec.right.name: side_codec(spec, spec.right)}
+    sides = {spec.left.name: "left", spec.right.name: "right"}
+    operators: dict[int, Any] = {}
+    out = Outcome(Counter(), [], {"left": 0, "right": 0}, {})
+    for row in arrival(rows, spec):
+        operator = operators.setdefault(row.partition, spec.kind.operator(MemoryKV(), spec.ids))
+        found = find_misplaced([row.key], row.partition, partitions, spec.partitioner)
+        if found:
+            reason = misplaced_reason(row.partition, found[0].expected, spec.partitioner)
+            out.letters.append((row.topic, row.partition, row.offset, "wrong_partition", reason))
+            continue
+        checked = codecs[row.topic].accept(row.key, row.value, row.offset, row.timestamp)
+        if checked is DROPPED:
+            out.null_values[sides[row.topic]] += 1
+        elif isinstance(checked, Rejected):
+            out.letters.append((row.topic, row.partition, row.offset, checked.category, checked.reason))
+        else:
+            event = (sides[row.topic], row.key, checked[0], checked[1], row.value)
+            for m in operator.process_many([event]):
+                out.unmatched += m.left is None or m.right is None
+                out.results[
+                    (row.partition, fingerprint(m.key, m.left, m.right, m.timestamp).hex(), m.timestamp)
+                ] += 1
+    out.counters = {p: dict(op.counters()) for p, op in operators.items() if any(op.counters().values())}
+    return out
+
+
+# -- the twin's side -------------------------------------------------------------------------------
+
+
+def twin(spark: SparkSession, ref: JoinRef, rows: list[Row], partitions: int) -> Outcome:
+    frame = spark.createDataFrame(
+        [(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, r.seq) for r in rows], RAW_SCHEMA
+    )
+    return outcome_of(run_twin(spark, ref, frame, partitions))
+
+
+def outcome_of(output: TwinOutput) -> Outcome:
+    """The twin's results, dead letters, null values and counters (its records unpersisted)."""
+    try:
+        records = output.records.collect()
+        results = output.results.select("partition", "fingerprint", "ts").collect()
+    finally:
+        output.unpersist()
+    out = Outcome(Counter((r["partition"], r["fingerprint"], r["ts"]) for r in results), [],
+                  {"left": 0, "right": 0}, {})  # fmt: skip
+    names = {"late": "late", "duplicate": "duplicates"}
+    for r in records:
+        if r["status"] == "dead_letter":
+            out.letters.append((r["topic"], r["partition"], r["offset"], r["category"], r["reason"]))
+        elif r["status"] == "null_value":
+            out.null_values[r["side"]] += 1
+        elif r["status"] in names:
+            mine = out.counters.setdefault(r["partition"], {"late": 0, "duplicates": 0})
+            mine[names[r["status"]]] += 1
+    return out
