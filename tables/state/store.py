@@ -161,6 +161,7 @@ DAMAGE_REASONS = (
     "bad_checkpoint",  # a checkpoint value that is not an offset
     "checkpoint_behind_hint",  # RocksDB's checkpoint is behind the hint written after it
     "corruption_while_open",  # RocksDB reported Corruption in a read or write of an open store
+    "changelog_recreated",  # (Faust table stores) its records came from an earlier topic of that name
 )
 
 
@@ -481,7 +482,7 @@ def _replace_damaged(path: Path, error: StoreCorruptError, sync: bool, keep_dama
         "the partition will be restored from its changelog",
         path,
         error.reason,
-        error.detail,
+        one_line(error.detail),
         moved_to,
     )
     store = PartitionStore(path, sync)
@@ -489,15 +490,18 @@ def _replace_damaged(path: Path, error: StoreCorruptError, sync: bool, keep_dama
     return store
 
 
-def move_aside(path: Path, reason: str, detail: str, keep: int = KEEP_DAMAGED) -> Path:
-    """Move a damaged store to `<table>/.damaged/<partition>-<UTC time>/`, with a note of what
-    was found (`tandem-damage.txt`), and delete all but the newest `keep` of the table.
+def move_aside(
+    path: Path, reason: str, detail: str, keep: int = KEEP_DAMAGED, into: Path | None = None
+) -> Path:
+    """Move a damaged store to `<table>/.damaged/<partition>-<UTC time>/` (or to `into`, a
+    directory of that table's damaged stores alone), with a note of what was found
+    (`tandem-damage.txt`), and delete all but the newest `keep` there.
     Raises StoreOpenError if it cannot be moved (nothing is deleted then)."""
-    damaged = path.parent / DAMAGED_DIR
+    damaged = into if into is not None else path.parent / DAMAGED_DIR
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     target = damaged / f"{path.name}-{stamp}"
     try:
-        damaged.mkdir(exist_ok=True)
+        damaged.mkdir(parents=True, exist_ok=True)
         os.rename(path, target)
     except OSError as error:
         raise StoreOpenError(
@@ -622,6 +626,57 @@ def _write_format_file(path: Path) -> None:
         (path / FORMAT_FILE).write_bytes(_FORMAT_LINE % FORMAT_VERSION)
     except OSError as error:  # only an early warning: the key in RocksDB stays the authority
         log.warning("state store %s: format file not written (%s)", path, error)
+
+
+# -- which changelog the state came from -----------------------------------------------
+
+CHANGELOG_ID_FILE = "tandem-changelog-id"
+_CHANGELOG_ID_LINE = b"tandem-changelog-id %s %s\n"
+
+
+def read_changelog_id(path: Path | str, topic: str) -> str | None:
+    """The id (Kafka's topic id, hex) of the changelog `topic` whose records the store at `path`
+    holds, as recorded next to its files; None when none is recorded for that topic (a store
+    from before the record, a new one, or a file that is damaged)."""
+    try:
+        line = _read_head(os.path.join(os.fspath(path), CHANGELOG_ID_FILE), 512)
+    except OSError:
+        return None
+    parts = (line or b"").split()
+    if len(parts) != 3 or parts[0] != b"tandem-changelog-id" or parts[1] != topic.encode():
+        return None
+    return parts[2].decode("ascii", "replace")
+
+
+def write_changelog_id(path: Path | str, topic: str, topic_id: str) -> None:
+    """Record that the store at `path` holds records of the changelog `topic` whose id is
+    `topic_id`. A failed write only loses the check (logged): nothing depends on it."""
+    target = Path(path) / CHANGELOG_ID_FILE
+    try:
+        target.write_bytes(_CHANGELOG_ID_LINE % (topic.encode(), topic_id.encode()))
+    except OSError as error:
+        log.warning("state store %s: changelog id not recorded (%s)", path, error)
+
+
+def inspect_before_open(path: Path) -> bool:
+    """Raise StoreCorruptError for damage visible before RocksDB opens the files (a missing
+    CURRENT with RocksDB files beside it, a file where the directory should be); whether the
+    directory holds table or log data. For any RocksDB store, Tandem's or Faust's."""
+    return _inspect_before_open(path)
+
+
+def classify_open_error(path: Path, error: BaseException) -> StoreError | None:
+    """What a failed RocksDB open of `path` means: StoreCorruptError (its files are damaged:
+    set them aside), StoreOpenError (the machine: a lock, permissions, the disk; leave them),
+    or None for an error that did not come from RocksDB (a bug: let it through)."""
+    if not isinstance(error, Exception) or not _from_rocksdb(error):
+        return None
+    return _open_error(path, error)
+
+
+def one_line(text: str) -> str:
+    """RocksDB's message on one line (some span several): a log line per event."""
+    return " ".join(text.split())
 
 
 def _inspect_before_open(path: Path) -> bool:
