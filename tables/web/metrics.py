@@ -9,8 +9,9 @@ and two additions) and exposed as a histogram at scrape time.
 Labels are bounded: `worker` (one value per process), `join` (declared in code), `side`
 (left, right), `category` (the dead-letter categories of tables/records/codecs.py), `kind` (a
 fixed list per metric), `role` (active, standby, restoring), `reason` (the store damage
-reasons of tables/state/store.py) and `partition` (at most the join's partition count). The
-largest metric has `joins x partitions` series per worker. docs/operations.md lists them.
+reasons of tables/state/store.py), `table` (the app's Faust tables, declared in code) and
+`partition` (at most the join's partition count). The largest metric has `joins x partitions`
+series per worker. docs/operations.md lists them.
 
 `/metrics` serves prometheus_client's default registry: what the app or Faust registered
 there too (for instance Faust's own sensors, `faust.sensors.prometheus`) comes with it.
@@ -149,6 +150,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("reason",),
         "Damaged state stores set aside (then restored), per reason",
     ),
+    "tandem_damaged_faust_stores": (
+        "counter",
+        ("table", "reason"),
+        "Faust table stores set aside (then rebuilt by Faust from their changelogs), per table and reason",
+    ),
     "tandem_join_failed": (
         "gauge",
         ("join",),
@@ -221,6 +227,9 @@ class TandemCollector(Collector):
         families = _Families(worker_name(runtimes[0].app))
         for runtime in runtimes:
             _collect_worker(families, runtime)
+            for table, reasons in runtime.faust_stores.damage_counts().items():
+                for reason, n in reasons.items():
+                    families.add("tandem_damaged_faust_stores", [table, reason], n)
         for reason, n in damage_counts().items():
             families.add("tandem_damaged_stores", [reason], n)
         yield from families.by_name.values()

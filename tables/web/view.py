@@ -43,6 +43,10 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "joins": {name: join_view(task) for name, task in sorted(runtime.tasks.items())},
         # Stores found damaged and set aside (then restored), per reason, since the process started.
         "damaged_stores": damage_counts(),
+        # The app's Faust table stores set aside (then rebuilt by Faust), per table and reason,
+        # and the last of them (tables/state/faust_stores.py).
+        "damaged_faust_stores": runtime.faust_stores.damage_counts(),
+        "faust_store_events": list(runtime.faust_stores.events),
         # What this member tells the leader at a JoinGroup, and the leader's planning inputs:
         # enough to rebuild the planner's scenario (python -m assignor what-if).
         "member": _member(app),
