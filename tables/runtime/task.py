@@ -399,6 +399,19 @@ class JoinTask:
             return {}
         return counters_of(state.active(p).operator for p in state.actives() if p in state.ready)
 
+    def live_records(self) -> int | None:
+        """Records the operators of the ready active partitions hold in memory (the windowed
+        join's index); None for a join kind that holds none."""
+        state = self.state
+        if state is None:
+            return 0
+        found = [
+            getattr(state.active(p).operator, "live_records", None)
+            for p in state.actives()
+            if p in state.ready
+        ]
+        return None if None in found else sum(n for n in found if n is not None)
+
     def input_lag(self, partition: int) -> int | None:
         return self.intake.input_lag(partition)
 

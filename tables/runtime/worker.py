@@ -38,6 +38,7 @@ from tables.kafka.handler_sends import collect_handler_sends
 from tables.kafka.topics import topic_ids
 from tables.records.codecs import CHECK
 from tables.runtime.gcpacing import raise_gc_threshold
+from tables.runtime.looplag import LoopLag
 from tables.runtime.probing import Prober
 from tables.runtime.results import Serializers
 from tables.runtime.startup import JoinStartupError, prepare_topics
@@ -86,6 +87,8 @@ class Runtime:
         self.prober = Prober(app, self.tasks, self.refresh_offsets)
         self._prober: asyncio.Task[None] | None = None
         self.faust_stores = FaustStoreGuard()  # the app's Faust table stores, checked as they open
+        self.loop_lag = LoopLag()  # the event loop's stalls (the view, /metrics)
+        self._loop_lag: asyncio.Task[None] | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -121,6 +124,8 @@ class Runtime:
 
         async def on_first_start() -> None:
             await first_start()
+            if self._loop_lag is None:
+                self._loop_lag = asyncio.create_task(self.loop_lag.run())
             await fatal_at_start(self._check_connection)
 
         self.app.on_first_start = on_first_start  # type: ignore[method-assign]
@@ -281,7 +286,7 @@ class Runtime:
             self._prober = asyncio.create_task(self.prober.run())
 
     async def _on_shutdown(self, sender: AppT, **kwargs: Any) -> None:
-        for background in (self._timer, self._prober):
+        for background in (self._timer, self._prober, self._loop_lag):
             if background is not None and not background.done():
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

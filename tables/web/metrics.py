@@ -38,6 +38,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from tables.runtime.looplag import running_tasks
 from tables.runtime.stats import REBALANCE_KINDS, LatencyBuckets
 from tables.runtime.task import JoinTask
 from tables.runtime.worker import Runtime
@@ -155,6 +156,18 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("table", "reason"),
         "Faust table stores set aside (then rebuilt by Faust from their changelogs), per table and reason",
     ),
+    "tandem_live_records": (
+        "gauge",
+        ("join",),
+        "Records the join's ready active partitions hold in memory (the windowed join's index)",
+    ),
+    "tandem_event_loop_stall_seconds": (
+        "gauge",
+        (),
+        "The event loop's longest stall in the last 10 s (how late a task asking to wake every 50 ms woke)",
+    ),
+    "tandem_event_loop_worst_stall_seconds": ("gauge", (), "The event loop's longest stall since the start"),
+    "tandem_asyncio_tasks": ("gauge", (), "Tasks on the worker's event loop"),
     "tandem_join_failed": (
         "gauge",
         ("join",),
@@ -248,6 +261,11 @@ def _collect_worker(f: _Families, runtime: Runtime) -> None:
     settings = getattr(assignor, "settings", None)
     host, rack = getattr(settings, "host", ""), getattr(settings, "rack", "")
     f.add("tandem_worker_info", [host, rack, app.conf.id], 1)
+    f.add("tandem_event_loop_stall_seconds", [], runtime.loop_lag.longest())
+    f.add("tandem_event_loop_worst_stall_seconds", [], runtime.loop_lag.worst)
+    tasks = running_tasks()
+    if tasks is not None:
+        f.add("tandem_asyncio_tasks", [], tasks)
     f.add("tandem_group_epoch", [], float(getattr(assignor, "epoch", 0) or 0))
     info = getattr(assignor, "last_rebalance", None)
     if info is not None:
@@ -273,6 +291,9 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
     for category, n in stats.dead_letters.items():
         f.add("tandem_dead_letters", [name, category], n)
     f.add("tandem_held_records", [name], task.intake.aligner.held())
+    live = task.live_records()
+    if live is not None:
+        f.add("tandem_live_records", [name], live)
     f.add("tandem_forced_records", [name], task.intake.aligner.forced)
     f.add("tandem_batches", [name], stats.batches)
     f.add("tandem_handler_restarts", [name], stats.handler_restarts)

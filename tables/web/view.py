@@ -10,6 +10,7 @@ from faust.types import AppT
 from faust.web import Request, Response, View
 
 from assignor.faust_adapter.consumer import kafka_consumer, member_id
+from tables.runtime.looplag import running_tasks
 from tables.runtime.task import JoinTask
 from tables.runtime.worker import Runtime
 from tables.state.store import damage_counts
@@ -52,6 +53,18 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "member": _member(app),
         "planner": _planner(app),
         "history": history_of(runtime).as_dict(),
+        "loop": loop_view(runtime),
+    }
+
+
+def loop_view(runtime: Runtime) -> dict[str, Any]:
+    """The event loop: its longest stall in the last seconds and since the start, its tasks."""
+    lag = runtime.loop_lag
+    return {
+        "stall_s": round(lag.longest(), 4),
+        "stall_window_s": lag.window_s,
+        "worst_stall_s": round(lag.worst, 4),
+        "asyncio_tasks": running_tasks(),
     }
 
 
@@ -95,6 +108,8 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         "dead_letters": sum(stats.dead_letters.values()),
         "dead_letters_by_category": {c: n for c, n in stats.dead_letters.items() if n},
         "held": intake.aligner.held(),
+        # Records the ready active partitions hold in memory (the windowed join's index).
+        "live_records": task.live_records(),
         "forced": intake.aligner.forced,
         # Inputs not read for now (far ahead of their partner in event time) and what was
         # fetched of them before the pause, kept aside until they are resumed.
