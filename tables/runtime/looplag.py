@@ -12,11 +12,15 @@ heartbeats to the group, the fetches), so the longest stall is a health figure o
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 
+log = logging.getLogger(__name__)
+
 TICK_S = 0.05  # how often the task asks to wake (a stall shorter than this is not seen)
 WINDOW_S = 10  # the gauge is the longest stall in this many past seconds
+REPORT_S = 0.5  # a stall this long is logged (at most one line per WINDOW_S)
 
 
 class LoopLag:
@@ -28,6 +32,7 @@ class LoopLag:
         self.worst = 0.0  # the longest stall since the task started
         self.samples = 0
         self._by_second: deque[tuple[int, float]] = deque()  # (whole second, longest stall in it)
+        self._reported_at = float("-inf")
 
     async def run(self) -> None:
         """Measure until cancelled."""
@@ -49,6 +54,9 @@ class LoopLag:
             self._by_second.append((second, stall_s))
         while self._by_second and self._by_second[0][0] <= second - self.window_s:
             self._by_second.popleft()
+        if stall_s >= REPORT_S and now - self._reported_at >= self.window_s:
+            self._reported_at = now
+            log.warning("tandem: the event loop stalled %.2f s (nothing else ran meanwhile)", stall_s)
 
     def longest(self, now: float | None = None) -> float:
         """The longest stall in the last `window_s` seconds (0 when none was seen)."""

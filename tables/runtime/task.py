@@ -37,7 +37,7 @@ from faust.types import TP, AppT
 
 from assignor.faust_adapter.consumer import InputRecord
 from tables.kafka.batches import producer_of
-from tables.operators.base import Match, counters_of
+from tables.operators.base import Event, Match, Operator, counters_of
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler
 from tables.runtime.intake import Fetch, Intake, Letter
@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 
 ALIGN_CHECK_S = 0.25  # held records are looked at this often when no input comes
 LOOP_TURN_S = 0.01  # a batch lets the event loop run at least this often while checking
+# A partition's records are checked and joined this many at a time, the event loop given a turn
+# in between: on a loaded machine a whole fetch (thousands of records) stalled it for a second.
+CHUNK_RECORDS = 1000
 
 
 class Worker(Protocol):
@@ -248,9 +251,10 @@ class JoinTask:
         touched: set[int] = set()
         for fetch in intake.take(fetches, state.ready, letters):
             for tp, records in fetch.items():
-                intake.check(tp, records, letters)
+                for start in range(0, len(records), CHUNK_RECORDS):
+                    intake.check(tp, records[start : start + CHUNK_RECORDS], letters)
+                    await self._give_turn()
                 touched.add(tp.partition)
-                await self._give_turn()
         processed: list[int] = []
         latest: list[int] = []  # event time of each partition's last result (the latency histogram)
         feed: list[tuple[int, Match]] = []
@@ -262,7 +266,7 @@ class JoinTask:
             if not events:
                 continue
             await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
-            matches = state.active(partition).operator.process_many(events)
+            matches = await self._join(state.active(partition).operator, events)
             processed.append(partition)
             if matches:
                 latest.append(matches[-1].timestamp)
@@ -280,6 +284,17 @@ class JoinTask:
         intake.batch_done(touched | set(processed))
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
+
+    async def _join(self, operator: Operator, events: list[Event]) -> list[Match]:
+        """The operator's matches for a partition's events, CHUNK_RECORDS at a time (the same
+        as all at once: it takes them in order), the event loop given turns in between."""
+        if len(events) <= CHUNK_RECORDS:
+            return operator.process_many(events)
+        matches: list[Match] = []
+        for start in range(0, len(events), CHUNK_RECORDS):
+            matches += operator.process_many(events[start : start + CHUNK_RECORDS])
+            await self._give_turn()
+        return matches
 
     async def _give_turn(self) -> None:
         """Let the event loop run (web view, timers) if this task has kept it LOOP_TURN_S:

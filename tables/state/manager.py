@@ -113,6 +113,9 @@ class JoinState:
             (moves.warm if held else moves.cold).append(partition)
         for partition in sorted(active | standby):
             self._open(partition, "active" if partition in active else "standby")
+            # Each open reads a store's files and indexes its records: on a busy machine a
+            # rebalance's opens in a row held the event loop for a second.
+            await asyncio.sleep(0)
         self.ready &= active
         for partition in set(self.recovery.standby_lag) - standby:
             del self.recovery.standby_lag[partition]  # no longer tailed here: its lag is stale

@@ -10,6 +10,7 @@ state does not yet hold.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,6 +55,7 @@ class StatePartition:
         """Produce the batch's changelog records (record batches of up to `batch_bytes`),
         then write state + checkpoint atomically. Returns the new checkpoint."""
         changes = self.operator.take_changes()
+        await asyncio.sleep(0)  # the loop's turn between collecting and encoding a large batch
         try:
             last = await send_records(producer, changelog, partition, changes, batch_bytes=batch_bytes)
         except BaseException:
