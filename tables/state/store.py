@@ -190,6 +190,7 @@ def damage_counts() -> dict[str, int]:
 # instead of growing with the data, and all memtables share one budget.
 BLOCK_CACHE_BYTES = 64 << 20
 MEMTABLE_BUDGET_BYTES = 128 << 20
+WRITE_BUFFER_BYTES = 4 << 20  # per store (each partition)
 _shared: dict[str, Any] = {}
 
 
@@ -206,7 +207,15 @@ def _options() -> Options:
     options.create_if_missing(True)
     options.set_block_based_table_factory(table)
     options.set_write_buffer_manager(_shared["memtables"])
-    options.set_write_buffer_size(32 << 20)
+    # A join's records are short-lived: a memtable holds their puts and deletes until it is
+    # flushed, and its write-ahead log as much on disk. At 32 MB a worker at a steady few
+    # hundred records a second grew both for most of an hour (benchmarks/soak.py); at 4 MB the
+    # flushes come every few minutes there, and a backlog's throughput did not change
+    # (docs/bench/worker.md).
+    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    # RocksDB's info log starts a new file at each open and kept the old ones (1,000 by
+    # default): a worker restarted every few minutes left one more per store each time.
+    options.set_keep_log_file_num(2)
     return options
 
 
