@@ -194,6 +194,17 @@ WRITE_BUFFER_BYTES = 4 << 20  # per store (each partition)
 _shared: dict[str, Any] = {}
 
 
+def shared_memory() -> dict[str, int]:
+    """Bytes in the RocksDB memory every join store of this process shares: the block cache
+    (at most BLOCK_CACHE_BYTES) and the memtables (at most MEMTABLE_BUDGET_BYTES)."""
+    if not _shared:
+        return {"block_cache": 0, "memtables": 0}
+    return {
+        "block_cache": int(_shared["cache"].get_usage()),
+        "memtables": int(_shared["memtables"].get_usage()),
+    }
+
+
 def _options() -> Options:
     if not _shared:
         _shared["cache"] = Cache(BLOCK_CACHE_BYTES)

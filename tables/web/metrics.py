@@ -42,7 +42,7 @@ from tables.runtime.looplag import running_tasks
 from tables.runtime.stats import REBALANCE_KINDS, LatencyBuckets
 from tables.runtime.task import JoinTask
 from tables.runtime.worker import Runtime
-from tables.state.store import damage_counts
+from tables.state.store import damage_counts, shared_memory
 
 METRICS_PATH = "/metrics"
 # -- the metrics ------------------------------------------------------------------------
@@ -168,6 +168,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "tandem_event_loop_worst_stall_seconds": ("gauge", (), "The event loop's longest stall since the start"),
     "tandem_asyncio_tasks": ("gauge", (), "Tasks on the worker's event loop"),
+    "tandem_rocksdb_memory_bytes": (
+        "gauge",
+        ("kind",),
+        "RocksDB memory the join stores share: block_cache (at most 64 MB), memtables (at most 128 MB)",
+    ),
     "tandem_join_failed": (
         "gauge",
         ("join",),
@@ -266,6 +271,8 @@ def _collect_worker(f: _Families, runtime: Runtime) -> None:
     tasks = running_tasks()
     if tasks is not None:
         f.add("tandem_asyncio_tasks", [], tasks)
+    for kind, n in shared_memory().items():
+        f.add("tandem_rocksdb_memory_bytes", [kind], n)
     f.add("tandem_group_epoch", [], float(getattr(assignor, "epoch", 0) or 0))
     info = getattr(assignor, "last_rebalance", None)
     if info is not None:

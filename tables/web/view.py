@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from html import escape
 from typing import Any
@@ -13,7 +14,7 @@ from assignor.faust_adapter.consumer import kafka_consumer, member_id
 from tables.runtime.looplag import running_tasks
 from tables.runtime.task import JoinTask
 from tables.runtime.worker import Runtime
-from tables.state.store import damage_counts
+from tables.state.store import damage_counts, shared_memory
 from tables.web.history import SAMPLE_EVERY_S, group_rebalance, history_of
 from tables.web.metrics import worker_name
 
@@ -54,6 +55,18 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "planner": _planner(app),
         "history": history_of(runtime).as_dict(),
         "loop": loop_view(runtime),
+        "memory": memory_view(),
+    }
+
+
+def memory_view() -> dict[str, int]:
+    """What this process's memory holds, in the parts Tandem can name: Python's allocated
+    blocks (a count) and the RocksDB memory the join stores share (bytes)."""
+    rocksdb = shared_memory()
+    return {
+        "python_blocks": sys.getallocatedblocks(),
+        "rocksdb_block_cache_bytes": rocksdb["block_cache"],
+        "rocksdb_memtables_bytes": rocksdb["memtables"],
     }
 
 
