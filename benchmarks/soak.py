@@ -41,12 +41,15 @@ from tables.web.metrics import directory_bytes
 SERIES = {  # key -> (title, unit)
     "rss_mb": ("RSS", "MB"),
     "fds": ("open file descriptors", ""),
+    "fds_not_sst": ("open file descriptors but RocksDB table files", ""),
     "threads": ("threads", ""),
     "asyncio_tasks": ("asyncio tasks", ""),
     "rocksdb_mb": ("RocksDB on disk (join + Faust table)", "MB"),
     "live_records": ("live records in the window index", ""),
     "input_lag": ("input lag", "records"),
     "loop_stall_s": ("longest event-loop stall in the last 10 s", "s"),
+    "block_cache_mb": ("RocksDB block cache (join stores)", "MB"),
+    "memtables_mb": ("RocksDB memtables (join stores)", "MB"),
 }
 
 
@@ -132,6 +135,28 @@ def proc_status(pid: int) -> dict[str, int]:
     return found
 
 
+def fd_kinds(pid: int) -> dict[str, int]:
+    """What a process's open file descriptors are: RocksDB table files, its write-ahead logs,
+    its LOCK files (one per open database), sockets, and the rest."""
+    kinds = {"sst": 0, "wal": 0, "lock": 0, "socket": 0, "other": 0}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(".sst"):
+            kinds["sst"] += 1
+        elif target.endswith(".log"):
+            kinds["wal"] += 1
+        elif target.endswith("/LOCK"):
+            kinds["lock"] += 1
+        elif target.startswith("socket:"):
+            kinds["socket"] += 1
+        else:
+            kinds["other"] += 1
+    return kinds
+
+
 def sample(worker: WorkerProcess, began: float) -> dict[str, Any] | None:
     """One sample of a live worker (None when it is down or does not answer)."""
     if not worker.alive or worker.process is None:
@@ -139,7 +164,7 @@ def sample(worker: WorkerProcess, began: float) -> dict[str, Any] | None:
     pid = worker.process.pid
     try:
         status = proc_status(pid)
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        kinds = fd_kinds(pid)
     except OSError:
         return None
     view = worker.view(timeout=10.0)
@@ -147,19 +172,25 @@ def sample(worker: WorkerProcess, began: float) -> dict[str, Any] | None:
         return None
     join = view["joins"].get(JOIN_NAME)
     loop = view.get("loop") or {}
+    memory = view.get("memory") or {}
     lag = join.get("lag") if join else None
     return {
         "t_s": round(time.monotonic() - began, 1),
         "worker": worker.name,
         "pid": pid,
         "rss_mb": round(status.get("VmRSS", 0) / 1024, 1),
-        "fds": fds,
+        "fds": sum(kinds.values()),
+        "fds_not_sst": sum(kinds.values()) - kinds["sst"],
+        "fd_kinds": kinds,
         "threads": status.get("Threads"),
         "asyncio_tasks": loop.get("asyncio_tasks"),
         "rocksdb_mb": round(directory_bytes(worker.data_dir) / 2**20, 2),
         "live_records": join.get("live_records") if join else None,
         "input_lag": sum(n for n in lag.values() if n is not None) if lag else None,
         "loop_stall_s": loop.get("stall_s"),
+        "block_cache_mb": round(memory["rocksdb_block_cache_bytes"] / 2**20, 1) if memory else None,
+        "memtables_mb": round(memory["rocksdb_memtables_bytes"] / 2**20, 1) if memory else None,
+        "python_blocks": memory.get("python_blocks") if memory else None,
         "actives": len(join["actives"]) if join else None,
         "load_1m": round(os.getloadavg()[0], 2),
     }
@@ -296,7 +327,14 @@ def soak(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, workers:
 
 # -- what the samples say -----------------------------------------------------------------------
 
-PER_PROCESS = ("rss_mb", "fds", "threads", "asyncio_tasks")  # start again with each process
+PER_PROCESS = (
+    "rss_mb",
+    "fds",
+    "threads",
+    "asyncio_tasks",
+    "block_cache_mb",
+    "memtables_mb",
+)  # start again with each process
 SUMMED = ("rocksdb_mb", "live_records")  # the group's state: both workers' samples of a round added
 
 
@@ -359,8 +397,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(4, 2, figsize=(13, 13), sharex=True)
-    for ax, (key, (title, unit)) in zip(axes.flat, SERIES.items(), strict=True):
+    fig, axes = plt.subplots(6, 2, figsize=(13, 19), sharex=True)
+    axes.flat[-1].axis("off")
+    for ax, (key, (title, unit)) in zip(axes.flat, SERIES.items(), strict=False):
         for name, colour in (("w1", "tab:blue"), ("w2", "tab:orange")):
             mine = [x for x in result["samples"] if x["worker"] == name and x.get(key) is not None]
             by_pid: dict[int, list[dict[str, Any]]] = {}
@@ -384,7 +423,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for ax in axes[-1]:
         ax.set_xlabel("minutes")
     axes.flat[0].legend(loc="lower right")
-    axes.flat[5].legend(loc="lower right")
+    axes.flat[6].legend(loc="lower right")
     a = result["args"]
     fig.suptitle(f"Soak: 2 workers, {a['rate']:.0f} impressions/s, window {a['after_ms'] / 1000:.0f} s + "
                  f"{a['grace_ms'] / 1000:.0f} s grace, a worker leaves every {a['rebalance_every_s']:.0f} s "
@@ -422,6 +461,10 @@ def report(result: dict[str, Any], command: str) -> str:
             label = f"{title} ({unit})" if unit else title
             lines.append(f"| {name} | {label} | {f['first']} | {f['last']} | {f['min']} | {f['max']} | "
                          f"{f['slope_per_10_min']} |")  # fmt: skip
+    for name in ("w1", "w2"):
+        last = [x for x in result["samples"] if x["worker"] == name and x.get("fd_kinds")]
+        if last:
+            lines.append(f"\n{name}'s open file descriptors at the end: {last[-1]['fd_kinds']}.")
     lines += ["", "![soak](soak.png)", ""]
     return "\n".join(lines)
 
