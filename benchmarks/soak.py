@@ -428,7 +428,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"Soak: 2 workers, {a['rate']:.0f} impressions/s, window {a['after_ms'] / 1000:.0f} s + "
                  f"{a['grace_ms'] / 1000:.0f} s grace, a worker leaves every {a['rebalance_every_s']:.0f} s "
                  "(dashed: leaves, dotted: back)", fontsize=11)  # fmt: skip
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the title
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
 

@@ -5,6 +5,7 @@ dead letters, produced as whole record batches and acknowledged before the batch
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -48,6 +49,7 @@ class Collector:
         acks: list[tuple[object, int]] = []
         for (topic, partition), records in (await self._by_partition(outbox)).items():
             acks += await start_sending(producer, topic, partition, records, batch_bytes=size)
+            await asyncio.sleep(0)  # encoding a batch's results per partition: the loop's turn between
         faust_acks = await self._start_faust_sends(producer, size)
         for partition, records in self._letters(letters).items():
             acks += await start_sending(

@@ -280,7 +280,13 @@ class JoinTask:
         intake.built = {}
         await self.collector.send(letters)
         producer = producer_of(self.app)
-        await asyncio.gather(*(state.commit(p, producer) for p in processed))
+        # The changelogs side by side (their round trips overlap), then each partition's state
+        # written with the loop given a turn in between: written in the acks' callbacks, a
+        # batch's partitions held the loop for all their writes at once.
+        checkpoints = await asyncio.gather(*(state.send_changes(p, producer) for p in processed))
+        for partition, checkpoint in zip(processed, checkpoints, strict=True):
+            state.write(partition, checkpoint)
+            await self._give_turn()
         intake.batch_done(touched | set(processed))
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)

@@ -175,6 +175,17 @@ class JoinState:
             producer, self.changelog, partition, self.send_batch_bytes
         )
 
+    async def send_changes(self, partition: int, producer: AIOKafkaProducer) -> int | None:
+        """`commit` in two halves, so that a batch's partitions send side by side and write one at
+        a time: the changelog records produced and acknowledged (the checkpoint to write) ..."""
+        return await self.partitions[partition].send_changes(
+            producer, self.changelog, partition, self.send_batch_bytes
+        )
+
+    def write(self, partition: int, checkpoint: int | None) -> None:
+        """... then the state and that checkpoint in one RocksDB batch."""
+        self.partitions[partition].write(checkpoint)
+
     def discard(self, partition: int) -> None:
         """Drop what a batch applied but did not commit (its input is read again)."""
         state = self.partitions.get(partition)

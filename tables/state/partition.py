@@ -54,6 +54,14 @@ class StatePartition:
     ) -> int | None:
         """Produce the batch's changelog records (record batches of up to `batch_bytes`),
         then write state + checkpoint atomically. Returns the new checkpoint."""
+        self.write(await self.send_changes(producer, changelog, partition, batch_bytes))
+        return self.checkpoint
+
+    async def send_changes(
+        self, producer: AIOKafkaProducer, changelog: str, partition: int, batch_bytes: int = SEND_BATCH_BYTES
+    ) -> int | None:
+        """The first half of `commit`: produce the batch's changelog records and wait for their
+        acks; the checkpoint to `write` with (the last offset written, or the current one)."""
         changes = self.operator.take_changes()
         await asyncio.sleep(0)  # the loop's turn between collecting and encoding a large batch
         try:
@@ -61,8 +69,7 @@ class StatePartition:
         except BaseException:
             self.reset()  # nothing of this batch reaches the disk; its input is read again
             raise
-        self.write(self.checkpoint if last is None else last)
-        return self.checkpoint
+        return self.checkpoint if last is None else last
 
     def write(self, checkpoint: int | None) -> None:
         """Write what the overlay holds and the checkpoint, in one RocksDB batch."""
