@@ -14,7 +14,11 @@ its batch twin over the topics (the generic path any app takes; with --deduped-r
 the audit deduped by fingerprint, with no duplicate allowed).
 Exit 0 when nothing is missing or spurious, every bad record is dead-lettered where
 it was read (topic, partition, offset) with its reason, and every null value is
-dropped and counted (`null_values` in the workers' views), never dead-lettered.
+dropped, never dead-lettered: read past (the group committed past its offset) and in no
+dead letter, both judged from the topics, not from a worker. The workers' own counts of null
+values (`null_values` in their views, per process lifetime) are reported besides: a worker
+about to be killed is asked with a bounded, generous timeout, and one that does not answer
+is an uncounted lifetime, not a failure.
 """
 
 from __future__ import annotations
@@ -201,6 +205,7 @@ class Chaos:
     paused_s: float = 0.0
     null_values: int = 0  # counted by worker lifetimes that ended (read just before each kill)
     uncounted_lifetimes: int = 0  # killed without answering: their count is unknown
+    worst_loop_stall_s: float = 0.0  # the longest event-loop stall a worker reported
 
     def kill_one(self, down_max_s: float) -> None:
         """SIGKILL a random live worker; restart it on its old data dir after a while."""
@@ -212,16 +217,23 @@ class Chaos:
         time.sleep(self.rng.uniform(0.0, down_max_s))
         victim.start()
 
-    def count_null_values(self, worker: WorkerProcess, tries: int = 3) -> None:
-        """Add what this lifetime of the worker counted as null values (its counters
-        start at 0 in each process)."""
-        for _ in range(tries):
-            view = worker.join()
+    def count_null_values(self, worker: WorkerProcess, timeout_s: float = 15.0) -> None:
+        """Add what this lifetime of the worker counted as null values (its counters start at 0
+        in each process), asking for up to `timeout_s` (a busy machine may keep a worker from
+        answering for seconds); no answer makes the lifetime uncounted. Only a report: the
+        verdict on null values comes from the topics (`judge_null_values`)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = worker.view(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
             if view is not None:
-                self.null_values += sum(view["null_values"].values())
+                self.null_values += sum(view["joins"][JOIN_NAME]["null_values"].values())
+                loop = view.get("loop") or {}
+                self.worst_loop_stall_s = max(self.worst_loop_stall_s, float(loop.get("worst_stall_s") or 0))
+                return
+            if time.monotonic() >= deadline or not worker.alive:
+                self.uncounted_lifetimes += 1
                 return
             time.sleep(0.2)
-        self.uncounted_lifetimes += 1
 
     def pause_broker(self, seconds: float) -> None:
         """SIGSTOP the broker for `seconds` (longer than the session: members time out)."""
@@ -352,12 +364,24 @@ def judge_dead_letters(values: list[bytes], bad_places: dict[str, list[Place]]) 
             "reasons": reasons, "categories": categories}  # fmt: skip
 
 
-def judge_null_values(chaos: Chaos, workers: list[WorkerProcess], sent: int) -> dict[str, Any]:
-    """Null values counted over every worker lifetime: at least one count per record sent
-    (more when a record is read again after a kill or a rebalance)."""
+def judge_null_values(
+    chaos: Chaos,
+    workers: list[WorkerProcess],
+    places: list[Place],
+    letters: list[bytes],
+    done: dict[tuple[str, int], int],
+) -> dict[str, Any]:
+    """Every null value sent was dropped: the group committed past its offset (read and done
+    with) and no dead letter names it; both from the topics, whichever workers died. The
+    workers' counts over their lifetimes are reported besides (at least one count per record
+    sent where every lifetime answered; more when a record is read again after a kill)."""
     for worker in workers:
         chaos.count_null_values(worker)
-    return {"sent": sent, "counted": chaos.null_values, "uncounted_lifetimes": chaos.uncounted_lifetimes}
+    lettered = {(x["topic"], x["partition"], x["offset"]) for x in map(json.loads, letters)}
+    read_past = sum(1 for topic, partition, offset in places if (done.get((topic, partition)) or 0) > offset)
+    return {"sent": len(places), "read_past": read_past,
+            "dead_lettered": sum(1 for place in places if place in lettered),
+            "counted": chaos.null_values, "uncounted_lifetimes": chaos.uncounted_lifetimes}  # fmt: skip
 
 
 def reconcile(bootstrap: str, s: Settings, out: Path, shuffle: int = 12,
@@ -531,8 +555,11 @@ def _judge(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, gen: G
         "broker_pauses": chaos.pauses, "broker_paused_s": round(chaos.paused_s, 1),
         "generated": gen.counts, "output": judge_output(output, gen.expected),
         "dead_letters": judge_dead_letters(letters, bad_places),
-        "null_values": judge_null_values(chaos, chaos.workers, len(bad_places.get(NULL_VALUE, []))),
+        "null_values": judge_null_values(
+            chaos, chaos.workers, bad_places.get(NULL_VALUE, []), letters,
+            asyncio.run(committed(broker.bootstrap, s.app_id, [s.impressions, s.clicks], s.partitions))),
     }  # fmt: skip
+    figures["worst_loop_stall_s"] = round(chaos.worst_loop_stall_s, 3)
     log(f"output: {json.dumps(figures['output'])}")
     log(f"dead letters: {json.dumps(figures['dead_letters'])}")
     log(f"null values: {json.dumps(figures['null_values'])}")
@@ -557,8 +584,9 @@ def ok(figures: dict[str, Any]) -> bool:
     out, dl, nulls = figures["output"], figures["dead_letters"], figures["null_values"]
     clean = out["lost"] == out["spurious"] == out["copies_that_disagree"] == out["unreadable"] == 0
     letters = dl["missing_letters"] == dl["null_values_dead_lettered"] == 0
+    dropped = nulls["read_past"] == nulls["sent"] and nulls["dead_lettered"] == 0
     # A lifetime killed without answering may have counted some: then only >= 0 is known.
-    counted = nulls["counted"] >= nulls["sent"] or nulls["uncounted_lifetimes"] > 0
+    counted = dropped and (nulls["counted"] >= nulls["sent"] or nulls["uncounted_lifetimes"] > 0)
     judges = [figures.get("reconcile"), figures.get("reconcile_deduped")]
     return clean and letters and counted and all(j is None or j["exit"] == 0 for j in judges)
 

@@ -38,8 +38,9 @@ def build(settings: Settings) -> faust.App:
         JoinInput(impressions, validate=check_event),
         JoinInput(clicks, validate=check_event),
         before=0,
-        after=timedelta(minutes=10),  # a click within 10 minutes after its impression
-        grace=timedelta(minutes=1),
+        # A click within 10 minutes after its impression, a minute late at most (the defaults).
+        after=timedelta(milliseconds=settings.join_after_ms),
+        grace=timedelta(milliseconds=settings.join_grace_ms),
         how="inner",
         name=JOIN_NAME,
         timestamp="ts",

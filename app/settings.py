@@ -46,6 +46,9 @@ class Settings:
     topic_prefix: str
     # A Kafka client properties file (security.protocol, sasl.*, ssl.*) for a secured cluster.
     client_config: str | None = None
+    # The join window: a click within `join_after_ms` after its impression, `join_grace_ms` late.
+    join_after_ms: int = 10 * 60 * 1000
+    join_grace_ms: int = 60 * 1000
 
     @property
     def impressions(self) -> str:
@@ -97,6 +100,8 @@ def from_env() -> Settings:
         request_timeout_ms=_int("TANDEM_REQUEST_TIMEOUT_MS", 30000),
         topic_prefix=_env("TANDEM_TOPIC_PREFIX", ""),
         client_config=os.environ.get("TANDEM_CLIENT_CONFIG") or None,
+        join_after_ms=_int("TANDEM_JOIN_AFTER_MS", 10 * 60 * 1000),
+        join_grace_ms=_int("TANDEM_JOIN_GRACE_MS", 60 * 1000),
     )
 
 

@@ -29,12 +29,13 @@ from typing import Any, Protocol
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from rocksdict import Options, Rdict
+from rocksdict import AccessType, Options, Rdict
 
 from app.cluster import WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from tables.state.datadir import LOCK_FILE
 from tables.state.store import (
+    CHANGELOG_ID_FILE,
     DAMAGED_DIR,
     FORMAT_FILE,
     FORMAT_KEY,
@@ -42,7 +43,7 @@ from tables.state.store import (
     PartitionStore,
     local_checkpoints,
 )
-from tables.testing import EmbeddedBroker, wait_for
+from tables.testing import EmbeddedBroker, high_watermarks, read_records, wait_for
 from tests.nobody import skip_unless_nobody_can_run_tandem
 from tests.test_tables_store_faults import fill_disk, tmpfs
 from tests.workers import _read
@@ -246,8 +247,6 @@ def tail(worker: WorkerProcess, chars: int = 4000) -> str:
 
 
 def changelog_ends(setup: Setup) -> dict[int, int]:
-    from tables.testing import high_watermarks
-
     return asyncio.run(high_watermarks(setup.broker.bootstrap, setup.settings.changelog, PARTITIONS, 15))
 
 
@@ -264,11 +263,46 @@ def snapshot(directory: Path) -> dict[str, str]:
 # -- 1. a corrupt store ---------------------------------------------------------------------------
 
 ISSUE_IMPRESSIONS = 3000
+ISSUE_NEW_PAIRS = 500
+TABLE = "click-throughs"  # the reference app's Faust table, declared with the join (`tables=`)
+FAUST_OFFSET_KEY = b"__faust\0offset__"  # where Faust keeps a table partition's persisted offset
 
 
+def rocksdb_files(directory: Path) -> list[Path]:
+    """Every RocksDB file below `directory` that a failing disk would leave cut: CURRENT, the
+    MANIFEST and the table files, of the join's stores and of Faust's table stores alike."""
+    return [
+        path
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+        and (path.name == "CURRENT" or path.name.startswith("MANIFEST-") or path.suffix == ".sst")
+    ]
+
+
+def table_stores(worker: WorkerProcess) -> Path:
+    """Where Faust keeps the worker's table stores (`<data dir>/v1/tables/<table>-<p>.db`)."""
+    return worker.data_dir / "v1" / "tables"
+
+
+def click_throughs_in_changelog(setup: Setup) -> dict[str, int]:
+    """Campaign -> clicks joined, from the last value of each key in the table's changelog."""
+    changelog = f"{setup.settings.app_id}-{TABLE}-changelog"
+    last: dict[str, int] = {}
+    for record in asyncio.run(read_records(setup.broker.bootstrap, changelog, PARTITIONS)):
+        last[orjson.loads(record.key)] = orjson.loads(record.value)
+    per_campaign: Counter[str] = Counter()
+    for key, n in last.items():
+        per_campaign[key.rsplit("@", 1)[0]] += n
+    return dict(sorted(per_campaign.items()))
+
+
+@pytest.mark.timeout(300)
 def test_truncated_state_is_set_aside_and_restored_and_every_join_is_there(setup: Setup) -> None:
     """The issue's scenario: 3,000 impressions and their clicks joined, a clean stop, every RocksDB
-    file of the join state cut to a third, a restart."""
+    file under the worker's data dir cut to a third (the join's stores and the stores of the
+    Faust table declared with it), a restart. Before Tandem guarded Faust's stores the worker
+    crashed at each start on the table's store (`Corruption: CURRENT file does not end with
+    newline` from faust/stores/rocksdb.py), and no new join arrived."""
     first = setup.worker().start()
     ready(first)
     old = range(ISSUE_IMPRESSIONS)
@@ -277,18 +311,18 @@ def test_truncated_state_is_set_aside_and_restored_and_every_join_is_there(setup
     assert first.process is not None and first.process.returncode == 0, tail(first)
     ends = changelog_ends(setup)
 
-    state = setup.state_dir(first)
-    cut: list[str] = []
-    for partition in range(PARTITIONS):
-        for path in sorted((state / str(partition)).iterdir()):
-            if path.name == "CURRENT" or path.name.startswith("MANIFEST-") or path.suffix == ".sst":
-                os.truncate(path, path.stat().st_size // 3)
-                cut.append(f"{partition}/{path.name}")
-    assert any(name.endswith(".sst") for name in cut), cut  # the state was on disk, not only in a log
+    state, tables = setup.state_dir(first), table_stores(first)
+    cut = rocksdb_files(first.data_dir)
+    for path in cut:
+        os.truncate(path, path.stat().st_size // 3)
+    names = [str(path.relative_to(first.data_dir)) for path in cut]
+    assert any(n.startswith(f"tandem-joins/{JOIN_NAME}/") and n.endswith(".sst") for n in names), names
+    for partition in range(PARTITIONS):  # the table's stores were on disk, and are cut too
+        assert (tables / f"{TABLE}-{partition}.db" / "CURRENT") in cut, names
 
     since = log_size(first)
     again = setup.worker(port=first.port).start()
-    view = ready(again)
+    view = ready(again, 90)
     rebalance = view["last_rebalance"]
     # Both partitions were damaged, reported no local offsets, and were restored from the whole changelog.
     assert rebalance["moved_cold"] == list(range(PARTITIONS)), rebalance
@@ -297,8 +331,23 @@ def test_truncated_state_is_set_aside_and_restored_and_every_join_is_there(setup
         note = f"state of {JOIN_NAME}[{partition}] was damaged (rocksdb_corruption)"
         assert any(e.startswith(note) and DAMAGED_DIR in e for e in view["events"]), view["events"]
     log = log_of(again, since)
-    assert log.count("is damaged (rocksdb_corruption") == PARTITIONS, tail(again)
+    for partition in range(PARTITIONS):
+        assert log.count(f"state store {state / str(partition)} is damaged (rocksdb_corruption") == 1, tail(
+            again
+        )
     assert "moved it to" in log and "Traceback" not in log, tail(again)
+    # The Faust table's stores: one line each, counted in the view and in /metrics.
+    for partition in range(PARTITIONS):
+        line = (
+            f"Faust table {TABLE!r} store {tables / f'{TABLE}-{partition}.db'} is damaged (rocksdb_corruption"
+        )
+        assert log.count(line) == 1, tail(again)
+    worker_view = again.view() or {}
+    assert worker_view["damaged_faust_stores"] == {TABLE: {"rocksdb_corruption": PARTITIONS}}, worker_view
+    metrics = again.html("/metrics")
+    assert f'tandem_damaged_faust_stores_total{{reason="rocksdb_corruption",table="{TABLE}"' in metrics or (
+        f'table="{TABLE}",reason="rocksdb_corruption"' in metrics
+    ), [line for line in metrics.splitlines() if "damaged" in line]
 
     # The damaged files are kept for inspection, as they were left.
     kept = sorted((state / DAMAGED_DIR).iterdir())
@@ -306,15 +355,32 @@ def test_truncated_state_is_set_aside_and_restored_and_every_join_is_there(setup
     for k in kept:
         assert "rocksdb_corruption" in (k / "tandem-damage.txt").read_text()
         assert (k / "CURRENT").stat().st_size == 16 // 3
+    kept_tables = sorted((tables / DAMAGED_DIR / TABLE).iterdir())
+    assert [k.name.rsplit("-", 1)[0] for k in kept_tables] == [
+        f"{TABLE}-{p}.db" for p in range(PARTITIONS)
+    ], kept_tables
+    for k in kept_tables:
+        assert "rocksdb_corruption" in (k / "tandem-damage.txt").read_text()
+        assert (k / "CURRENT").stat().st_size == 16 // 3
 
-    # Every old impression is back in the state: a second click on each auction joins it.
-    # And new traffic joins as before.
-    new = range(ISSUE_IMPRESSIONS, ISSUE_IMPRESSIONS + 300)
+    # Every old impression is back in the join's state: a second click on each auction joins it.
+    # And 500 new pairs join as before.
+    new = range(ISSUE_IMPRESSIONS, ISSUE_IMPRESSIONS + ISSUE_NEW_PAIRS)
     setup.send(setup.clicks(old, tag="r") + setup.impressions(new) + setup.clicks(new))
     expected = joined(old) | joined(old, "r") | joined(new)
     # Exactly once here: the clean stop committed every input offset, the restart re-read nothing.
     exactly_once(expected, setup.output(expected))
     assert again.alive and (again.join() or {}).get("results") == len(expected) - len(old), again.join()
+
+    # The table, rebuilt by Faust from its changelog, counts every join: what the worker serves
+    # equals the sum of the changelog's last values, and both count all of them.
+    def table_settled() -> bool:
+        served = again.get("/ad/click-throughs")
+        return served is not None and sum(served.values()) == len(expected)
+
+    assert wait_for(table_settled, 30, 0.5), again.get("/ad/click-throughs")
+    served = again.get("/ad/click-throughs")
+    assert served == click_throughs_in_changelog(setup), served
 
 
 def put_raw(store: Path, key: bytes, value: bytes) -> None:
@@ -383,9 +449,10 @@ def test_garbage_files_a_missing_current_and_unreadable_checkpoints(setup: Setup
 def test_state_ahead_of_a_recreated_changelog_is_discarded_and_no_record_is_skipped(setup: Setup) -> None:
     """The join's changelog deleted and recreated while w1 was down, and written again by another
     worker (w2) before w1 came back: w1's files hold the old log's state, checkpoints past the new
-    log's end. w1 discards them and restores the new log from its start: every record in it is
-    applied (none skipped), nothing of the old state is left (a replica restored elsewhere
-    would not have it either)."""
+    log's end. w1's stores are from before topic ids were recorded next to them (the files taken
+    away): the offsets tell. w1 discards them and restores the new log from its start: every
+    record in it is applied (none skipped), nothing of the old state is left (a replica restored
+    elsewhere would not have it either)."""
     old, new = range(400), range(400, 500)
     w1 = setup.worker("w1").start()
     ready(w1)
@@ -393,6 +460,8 @@ def test_state_ahead_of_a_recreated_changelog_is_discarded_and_no_record_is_skip
     w1.stop()
     checkpoints = local_checkpoints(w1.data_dir / "tandem-joins", JOIN_NAME)
     assert sorted(checkpoints) == list(range(PARTITIONS)), checkpoints
+    for partition in range(PARTITIONS):  # as a store written before the ids were recorded
+        (setup.state_dir(w1) / str(partition) / CHANGELOG_ID_FILE).unlink()
     asyncio.run(_delete_topic(setup.broker.bootstrap, setup.settings.changelog))
 
     w2 = setup.worker("w2").start()  # its own data dir; recreates the changelog
@@ -416,6 +485,95 @@ def test_state_ahead_of_a_recreated_changelog_is_discarded_and_no_record_is_skip
     written = setup.output(expected)
     exactly_once(expected, written)
     assert (w1.join() or {}).get("results") == len(new), w1.join()
+
+
+def faust_offsets(worker: WorkerProcess) -> dict[int, int]:
+    """Partition -> the changelog offset Faust persisted in each of the worker's table stores."""
+    found: dict[int, int] = {}
+    for partition in range(PARTITIONS):
+        path = table_stores(worker) / f"{TABLE}-{partition}.db"
+        db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+        try:
+            raw = db.get(FAUST_OFFSET_KEY)
+        finally:
+            db.close()
+        if raw is not None:
+            found[partition] = int(raw)
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_a_recreated_changelog_grown_past_the_checkpoint_is_not_taken_for_the_old_one(setup: Setup) -> None:
+    """Issue 30, 2: the join's changelog and the table's deleted and created again while w1 was
+    down, then written by w2 *past* w1's checkpoints before w1 came back. The offsets look right;
+    only the topic ids tell the new logs from the old (recorded next to the stores, compared at
+    each restore and each open). Before they were, w1 resumed the new logs at its old
+    checkpoints: it skipped their first records (w2's impressions there never joined again) and
+    kept its old table counts. Now w1 discards its join state and sets its table stores aside,
+    and both are rebuilt from the new logs."""
+    old = range(400)
+    w1 = setup.worker("w1").start()
+    ready(w1)
+    setup.process(setup.impressions(old) + setup.clicks(old), joined(old))
+    w1.stop()
+    checkpoints = local_checkpoints(w1.data_dir / "tandem-joins", JOIN_NAME)
+    table_checkpoints = faust_offsets(w1)
+    assert sorted(checkpoints) == sorted(table_checkpoints) == list(range(PARTITIONS)), checkpoints
+    table_changelog = f"{setup.settings.app_id}-{TABLE}-changelog"
+    for topic in (setup.settings.changelog, table_changelog):
+        asyncio.run(_delete_topic(setup.broker.bootstrap, topic))
+
+    w2 = setup.worker("w2").start()  # its own data dir; creates both changelogs again
+    ready(w2)
+    rounds = 0
+    new = range(1000, 1000)
+    while True:  # until both new logs reach past w1's checkpoints
+        batch = range(1000 + 300 * rounds, 1000 + 300 * (rounds + 1))
+        setup.process(setup.impressions(batch) + setup.clicks(batch), joined(batch))
+        new = range(1000, batch.stop)
+        rounds += 1
+        ends = changelog_ends(setup)
+        table_ends = asyncio.run(_high_watermarks(setup, table_changelog))
+        past = all(ends[p] > checkpoints[p] + 1 and table_ends[p] > table_checkpoints[p] + 1 for p in ends)
+        if past or rounds == 8:
+            break
+    assert past, (ends, checkpoints, table_ends, table_checkpoints)
+    w2.stop()
+    served_by_w2 = click_throughs_in_changelog(setup)
+
+    since = log_size(w1)
+    w1 = setup.worker("w1", port=w1.port).start()
+    view = ready(w1, 90)
+    for partition in range(PARTITIONS):
+        note = f"changelog {setup.settings.changelog}[{partition}] is not the log the local state came from"
+        assert any(e.startswith(note) and "discarding the local state" in e for e in view["events"]), view
+    replayed = view["last_rebalance"]["replayed_by_partition"]
+    assert replayed == {str(p): ends[p] for p in range(PARTITIONS)}, view
+    log = log_of(w1, since)
+    for partition in range(PARTITIONS):
+        store = table_stores(w1) / f"{TABLE}-{partition}.db"
+        line = f"Faust table {TABLE!r} store {store} is from another changelog"
+        assert log.count(line) == 1, tail(w1)
+    assert (w1.view() or {})["damaged_faust_stores"] == {TABLE: {"changelog_recreated": PARTITIONS}}
+
+    # A second click on every auction: every impression of the new log joins (none skipped),
+    # the discarded ones do not; the table counts what the new log counts, and the new clicks.
+    setup.send(setup.clicks(old, tag="r") + setup.clicks(new, tag="r"))
+    expected = joined(old) | joined(new) | joined(new, "r")
+    written = setup.output(expected)
+    exactly_once(expected, written)
+    assert sum(served_by_w2.values()) == len(new)
+
+    def table_settled() -> bool:
+        served = w1.get("/ad/click-throughs")
+        return served is not None and sum(served.values()) == 2 * len(new)
+
+    assert wait_for(table_settled, 30, 0.5), (w1.get("/ad/click-throughs"), served_by_w2)
+    assert w1.get("/ad/click-throughs") == click_throughs_in_changelog(setup)
+
+
+async def _high_watermarks(setup: Setup, topic: str) -> dict[int, int]:
+    return await high_watermarks(setup.broker.bootstrap, topic, PARTITIONS, 15)
 
 
 async def _delete_topic(bootstrap: str, topic: str) -> None:
@@ -543,6 +701,46 @@ def test_a_second_worker_on_the_same_data_dir_refuses_and_the_first_runs_on(setu
     view = first.join() or {}
     assert (view.get("rebalances"), (first.view() or {}).get("epoch")) == before and not view["events"], view
     assert first.alive
+
+
+# -- 5. a data dir reused under another app id -----------------------------------------------------
+
+
+def test_a_data_dir_of_another_app_id_is_refused_naming_both_and_left_untouched(setup: Setup) -> None:
+    """Issue 30, 3: a redeploy under a new app id kept the old volume (the same data dir). Faust's
+    table store there holds offsets of the old app's changelog; before the check the worker
+    crashed at every start on Faust's ConsistencyError (an orchestrator would crash-loop it).
+    Now it refuses at once, before it joins its group, in one line naming the dir and both app
+    ids, and touches nothing; given a data dir of its own, the new app runs."""
+    first = setup.worker("w1").start()
+    ready(first)
+    numbers = range(300)
+    setup.process(setup.impressions(numbers) + setup.clicks(numbers), joined(numbers))
+    first.stop()
+    before = snapshot(first.data_dir)
+
+    other_app = f"{setup.settings.app_id}-v2"
+    since = log_size(first)
+    again = setup.worker("w1", app_id=other_app, port=first.port).start()
+    assert exited(again) == 1, tail(again)
+    log = log_of(again, since)
+    refused = (
+        f"tandem cannot start: data dir {first.data_dir.absolute()} holds the state of app id "
+        f"{setup.settings.app_id!r}, and this worker's app id is {other_app!r}"
+    )
+    assert log.count(refused) == 1, tail(again)
+    assert "Traceback" not in log and "ConsistencyError" not in log, tail(again)
+    assert "assigned actives" not in log, tail(again)  # refused before it joined the group
+    lock = f"tandem-joins/{LOCK_FILE}"  # the lock file holds the pid of the last process to lock
+    assert {k: v for k, v in snapshot(first.data_dir).items() if k != lock} == {
+        k: v for k, v in before.items() if k != lock
+    }  # nothing moved, opened or rebuilt
+
+    fresh = setup.worker("w2", app_id=other_app).start()  # its own data dir: it runs
+    ready(fresh)
+    more = range(300, 400)
+    setup.send(setup.impressions(more) + setup.clicks(more))
+    assert joined(more) <= set(setup.output(joined(more)))
 
 
 # -- 6. a store of a newer state format -------------------------------------------------------------

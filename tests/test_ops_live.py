@@ -94,6 +94,11 @@ def test_metrics_cover_the_view_and_the_dashboard(group: Cluster) -> None:
     assert 0 < count <= view["results"]
     assert value("tandem_output_latency_seconds_bucket", join="ad-join", le="+Inf") == count
     assert value("tandem_group_epoch") == worker.view()["epoch"]  # type: ignore[index]
+    # The event loop's figures (tables/runtime/looplag.py), and the window index's records.
+    stall, worst = value("tandem_event_loop_stall_seconds"), value("tandem_event_loop_worst_stall_seconds")
+    assert 0 <= stall <= worst, (stall, worst)
+    assert value("tandem_asyncio_tasks") > 0
+    assert value("tandem_live_records", join="ad-join") >= 0
     # Every metric the dashboard queries is exported by this live worker.
     board = dashboard()
     queried = set().union(*(metric_names(q) for q in panel_queries(board)))

@@ -28,7 +28,16 @@ import pytest
 from rocksdict import Options, Rdict
 
 from tables.state import store as store_module
-from tables.state.datadir import LOCK_FILE, DataDirError, DataDirLocked, check_data_dir, lock_data_dir
+from tables.state.datadir import (
+    APP_FILE,
+    LOCK_FILE,
+    DataDirError,
+    DataDirLocked,
+    DataDirOfAnotherApp,
+    check_data_dir,
+    claim_data_dir,
+    lock_data_dir,
+)
 from tables.state.store import (
     CHECKPOINT_KEY,
     DAMAGED_DIR,
@@ -618,6 +627,29 @@ def test_a_store_open_in_another_process_is_refused_not_moved(tmp_path: Path) ->
 def test_check_data_dir_creates_a_missing_one(tmp_path: Path) -> None:
     assert check_data_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+
+
+def test_a_data_dir_is_claimed_by_its_app_and_refused_to_another(tmp_path: Path) -> None:
+    """The first start records the app id; the same app passes again; another app id is refused
+    naming the dir and both ids, and nothing in the dir changes."""
+    data_dir = tmp_path / "data"
+    claim_data_dir(data_dir, "ads-v1")
+    assert (data_dir / APP_FILE).read_text() == "ads-v1\n"
+    claim_data_dir(data_dir, "ads-v1")
+    (data_dir / "state").write_bytes(b"x")
+    before = sorted((p.name, p.read_bytes()) for p in data_dir.iterdir())
+    with pytest.raises(DataDirOfAnotherApp) as refused:
+        claim_data_dir(data_dir, "ads-v2")
+    assert str(refused.value).startswith(
+        f"data dir {data_dir} holds the state of app id 'ads-v1', and this worker's app id is 'ads-v2'"
+    )
+    assert (refused.value.owner, refused.value.app_id, refused.value.path) == ("ads-v1", "ads-v2", data_dir)
+    assert sorted((p.name, p.read_bytes()) for p in data_dir.iterdir()) == before
+    # A data dir from before the record is taken as the first app's to start on it.
+    older = tmp_path / "older"
+    older.mkdir()
+    claim_data_dir(older, "ads-v2")
+    assert (older / APP_FILE).read_text() == "ads-v2\n"
 
 
 def test_a_file_where_the_data_dir_should_be(tmp_path: Path) -> None:

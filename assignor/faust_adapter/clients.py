@@ -646,3 +646,29 @@ async def check_connection(connection: Connection, timeout_s: float = 30.0) -> N
         else ": "
     )
     raise ConnectionFailed(f"cannot talk to Kafka at {describe(settings)}{hint}{last!r}")
+
+
+async def ask_any(connection: Connection, request: Any, timeout_s: float = 30.0) -> Any:
+    """Send one request (an aiokafka `Request`, its version chosen by what the broker supports)
+    to the first bootstrap server that answers, with the connection's TLS and SASL settings;
+    its response. Raises the last error when none answers."""
+    settings = settings_of(connection)
+    security = {k: v for k, v in settings.items() if k in _CONNECTION and k != "bootstrap_servers"}
+    client_id = str(security.pop("client_id", None) or "tandem")
+    last: BaseException = ConnectionFailed(f"no bootstrap server in {describe(settings)}")
+    for server in settings_of(bootstrap_of(settings))["bootstrap_servers"]:
+        host, _, port = server.rpartition(":")
+        try:
+            conn = await asyncio.wait_for(
+                create_conn(host, int(port), client_id=client_id, **security), timeout_s
+            )
+        except (OSError, TimeoutError, KafkaConnectionError) as exc:
+            last = exc
+            continue
+        try:
+            return await asyncio.wait_for(conn.send(request), timeout_s)
+        except (OSError, TimeoutError, KafkaConnectionError) as exc:
+            last = exc
+        finally:
+            conn.close()
+    raise last

@@ -5,10 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from io import BytesIO
 
 from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, for_code
+from aiokafka.errors import IncompatibleBrokerVersion, KafkaError, for_code
+from aiokafka.protocol.abstract import AbstractType
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import (
+    Boolean,
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Schema,
+    TaggedFields,
+)
 
 from assignor.faust_adapter import clients
 from assignor.faust_adapter.clients import Settings
@@ -102,3 +114,112 @@ def changelog_configs(retention_ms: int | None) -> dict[str, str]:
     if retention_ms is None:
         return {"cleanup.policy": "compact"}
     return {"cleanup.policy": "compact,delete", "retention.ms": str(retention_ms)}
+
+
+# -- topic ids (KIP-516): what tells a topic from another of the same name -------------------
+
+
+class _Uuid(AbstractType[bytes]):
+    """Kafka's UUID: 16 bytes as they are."""
+
+    @classmethod
+    def encode(cls, value: bytes) -> bytes:
+        return bytes(value).ljust(16, b"\0")[:16]
+
+    @classmethod
+    def decode(cls, data: BytesIO) -> bytes:
+        return data.read(16)
+
+
+class _MetadataResponseV10(Response):
+    API_KEY = 3
+    API_VERSION = 10
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "brokers",
+            CompactArray(
+                ("node_id", Int32),
+                ("host", CompactString("utf-8")),
+                ("port", Int32),
+                ("rack", CompactString("utf-8")),
+                ("tags", TaggedFields),
+            ),
+        ),  # fmt: skip
+        ("cluster_id", CompactString("utf-8")),
+        ("controller_id", Int32),
+        (
+            "topics",
+            CompactArray(
+                ("error_code", Int16),
+                ("name", CompactString("utf-8")),
+                ("topic_id", _Uuid),
+                ("is_internal", Boolean),
+                (
+                    "partitions",
+                    CompactArray(
+                        ("error_code", Int16),
+                        ("partition_index", Int32),
+                        ("leader_id", Int32),
+                        ("leader_epoch", Int32),
+                        ("replica_nodes", CompactArray(Int32)),
+                        ("isr_nodes", CompactArray(Int32)),
+                        ("offline_replicas", CompactArray(Int32)),
+                        ("tags", TaggedFields),
+                    ),
+                ),  # fmt: skip
+                ("topic_authorized_operations", Int32),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("cluster_authorized_operations", Int32),
+        ("tags", TaggedFields),
+    )
+
+
+class _MetadataRequestV10(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 3
+    API_VERSION = 10
+    RESPONSE_TYPE = _MetadataResponseV10
+    SCHEMA = Schema(
+        (
+            "topics",
+            CompactArray(("topic_id", _Uuid), ("name", CompactString("utf-8")), ("tags", TaggedFields)),
+        ),  # fmt: skip
+        ("allow_auto_topic_creation", Boolean),
+        ("include_cluster_authorized_operations", Boolean),
+        ("include_topic_authorized_operations", Boolean),
+        ("tags", TaggedFields),
+    )
+
+
+class _TopicIdsRequest(Request[_MetadataRequestV10]):
+    """Metadata v10, the first version whose answer holds topic ids (Kafka 2.8+)."""
+
+    API_KEY = 3
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+
+    def build(self, request_struct_class: type[_MetadataRequestV10]) -> _MetadataRequestV10:
+        topics = [(bytes(16), name, {}) for name in self.names]
+        return request_struct_class(topics, False, False, False, {})
+
+
+async def topic_ids(connection: str | Settings, names: Sequence[str]) -> dict[str, str]:
+    """Each existing topic's id, as the broker's metadata reports it (hex): a topic deleted and
+    created again under the same name gets a new one. Topics the broker does not know, or
+    has no id for (Kafka before 2.8: no Metadata v10, or an all-zero id), are left out;
+    a broker that cannot answer this gives {}. Never creates a topic."""
+    if not names:
+        return {}
+    try:
+        response = await clients.ask_any(clients.settings_of(connection), _TopicIdsRequest(names))
+    except (IncompatibleBrokerVersion, NotImplementedError):  # a broker older than Kafka 2.8
+        return {}
+    found: dict[str, str] = {}
+    for error_code, name, topic_id, *_ in response.topics:
+        if error_code == 0 and name and any(topic_id):
+            found[name] = topic_id.hex()
+    return found

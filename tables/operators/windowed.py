@@ -273,6 +273,11 @@ class WindowedJoin:
         """Records dropped, kept with the state: late ones and duplicates."""
         return {"late": self.late, "duplicates": self.duplicates}
 
+    @property
+    def live_records(self) -> int:
+        """Records held in the window index (in memory): what the state holds now."""
+        return len(self.index)
+
     def _meta(self, name: str) -> int | None:
         raw = self.state.get(keys.meta_key(name))
         return None if raw is None else keys.decode_int(raw)

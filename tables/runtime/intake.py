@@ -293,7 +293,8 @@ class Intake:
         self.note_ahead()
 
     def input_lag(self, partition: int) -> int | None:
-        """Input records not yet taken into a batch, over the join's inputs (None: end unknown yet)."""
+        """Input records not yet taken into a batch, over the join's inputs (None: the end, or
+        where reading starts, not known yet)."""
         committed = committed_offsets(self.app)
         total = 0
         for topic in self.spec.input_topics:
@@ -302,9 +303,13 @@ class Intake:
                 high = self.app.consumer.highwater(tp)
             except Exception:
                 return None
-            if high is None:
+            position = self.read_next.get(tp)
+            if position is None:
+                position = committed.get(tp)
+            # Just assigned: Faust has not set where it starts yet (counting from 0 showed the
+            # whole topic as lag for a moment after each rebalance).
+            if high is None or position is None:
                 return None
-            position = self.read_next.get(tp, committed.get(tp) or 0)
             total += max(0, high - position)
         return total
 

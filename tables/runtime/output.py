@@ -5,6 +5,7 @@ dead letters, produced as whole record batches and acknowledged before the batch
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from typing import Any
@@ -62,6 +63,7 @@ class Collector:
         acks: list[tuple[object, int]] = []
         for (topic, partition), records in (await self._by_partition(outbox)).items():
             acks += await start_sending(producer, topic, partition, records, batch_bytes=size)
+            await asyncio.sleep(0)  # encoding a batch's results per partition: the loop's turn between
         faust_acks = await self._start_faust_sends(producer, size)
         audited, self.audited = self.audited, {}
         for partition, records in audited.items():

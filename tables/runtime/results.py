@@ -14,6 +14,7 @@ commit the input offsets (at-least-once, docs/join-semantics.md).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -27,6 +28,12 @@ from tables.operators.base import Match
 K = TypeVar("K")
 L = TypeVar("L")
 R = TypeVar("R")
+
+# The handler runs on the event loop: it is given results in JoinBatches of at most this many,
+# and the loop a turn whenever TURN_S has passed while it asks for the next result (an app's
+# loop over a partition's thousands of results held the loop for a second on a busy machine).
+BATCH_MAX_RESULTS = 1000
+TURN_S = 0.01
 
 Decode = Callable[[bytes], Any]
 # topic, partition (None: the key's), key, value, headers, and the partition of the result
@@ -65,6 +72,8 @@ class Feed:
     # a result takes one (once) instead of building it again from the same bytes.
     built: dict[int, tuple[bytes, Any]] = field(default_factory=dict)
 
+    last_turn: float = field(default_factory=time.monotonic)  # when the handler last let the loop run
+
     def start(self, items: list[tuple[int, Match]], start_at: int = 0) -> asyncio.Future[None]:
         self.items, self.index = items, start_at
         self.done = asyncio.get_running_loop().create_future()
@@ -80,6 +89,10 @@ class Feed:
         while self.index >= len(self.items):
             self.finish()
             await self.arrived.wait()
+            self.last_turn = time.monotonic()
+        if time.monotonic() - self.last_turn > TURN_S:
+            await asyncio.sleep(0)  # the handler has had the loop long enough
+            self.last_turn = time.monotonic()
         self.index += 1
         return self.index - 1
 
@@ -197,13 +210,14 @@ class JoinResults(Generic[K, L, R]):
         return self._result(match)
 
     async def batches(self) -> AsyncIterator[JoinBatch[K, L, R]]:
-        """The results one partition at a time (the handler may aggregate, then write once)."""
+        """The results one partition at a time, at most BATCH_MAX_RESULTS a batch (the handler
+        may aggregate, then write once per batch)."""
         feed = self._feed
         while True:
             first = await feed.next_index()
             partition = feed.items[first][0]
-            end = first + 1
-            while end < len(feed.items) and feed.items[end][0] == partition:
+            end, last = first + 1, min(len(feed.items), first + BATCH_MAX_RESULTS)
+            while end < last and feed.items[end][0] == partition:
                 end += 1
             feed.index = end
             self._at_partition(partition)

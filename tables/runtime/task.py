@@ -37,7 +37,7 @@ from faust.types import TP, AppT
 
 from assignor.faust_adapter.consumer import InputRecord
 from tables.kafka.batches import producer_of
-from tables.operators.base import Match, counters_of
+from tables.operators.base import Event, Match, Operator, counters_of
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler
 from tables.runtime.intake import Fetch, Intake, Letter
@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 
 ALIGN_CHECK_S = 0.25  # held records are looked at this often when no input comes
 LOOP_TURN_S = 0.01  # a batch lets the event loop run at least this often while checking
+# A partition's records are checked and joined this many at a time, the event loop given a turn
+# in between: on a loaded machine a whole fetch (thousands of records) stalled it for a second.
+CHUNK_RECORDS = 1000
 
 
 class Worker(Protocol):
@@ -248,9 +251,10 @@ class JoinTask:
         touched: set[int] = set()
         for fetch in intake.take(fetches, state.ready):
             for tp, records in fetch.items():
-                intake.check(tp, records, letters)
+                for start in range(0, len(records), CHUNK_RECORDS):
+                    intake.check(tp, records[start : start + CHUNK_RECORDS], letters)
+                    await self._give_turn()
                 touched.add(tp.partition)
-                await self._give_turn()
         processed: list[int] = []
         latest: list[int] = []  # event time of each partition's last result (the latency histogram)
         feed: list[tuple[int, Match]] = []
@@ -262,7 +266,7 @@ class JoinTask:
             if not events:
                 continue
             await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
-            matches = state.active(partition).operator.process_many(events)
+            matches = await self._join(state.active(partition).operator, events)
             processed.append(partition)
             if matches:
                 latest.append(matches[-1].timestamp)
@@ -278,10 +282,29 @@ class JoinTask:
         intake.built = {}
         await self.collector.send(letters)
         producer = producer_of(self.app)
-        await asyncio.gather(*(state.commit(p, producer, intake.positions(p)) for p in processed))
+        # The changelogs side by side (their round trips overlap), then each partition's state
+        # written with the loop given a turn in between: written in the acks' callbacks, a
+        # batch's partitions held the loop for all their writes at once.
+        checkpoints = await asyncio.gather(
+            *(state.send_changes(p, producer, intake.positions(p)) for p in processed)
+        )
+        for partition, checkpoint in zip(processed, checkpoints, strict=True):
+            state.write(partition, checkpoint)
+            await self._give_turn()
         intake.batch_done(touched | set(processed))
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
+
+    async def _join(self, operator: Operator, events: list[Event]) -> list[Match]:
+        """The operator's matches for a partition's events, CHUNK_RECORDS at a time (the same
+        as all at once: it takes them in order), the event loop given turns in between."""
+        if len(events) <= CHUNK_RECORDS:
+            return operator.process_many(events)
+        matches: list[Match] = []
+        for start in range(0, len(events), CHUNK_RECORDS):
+            matches += operator.process_many(events[start : start + CHUNK_RECORDS])
+            await self._give_turn()
+        return matches
 
     async def _give_turn(self) -> None:
         """Let the event loop run (web view, timers) if this task has kept it LOOP_TURN_S:
@@ -406,6 +429,19 @@ class JoinTask:
         if state is None:
             return {}
         return counters_of(state.active(p).operator for p in state.actives() if p in state.ready)
+
+    def live_records(self) -> int | None:
+        """Records the operators of the ready active partitions hold in memory (the windowed
+        join's index); None for a join kind that holds none."""
+        state = self.state
+        if state is None:
+            return 0
+        found = [
+            getattr(state.active(p).operator, "live_records", None)
+            for p in state.actives()
+            if p in state.ready
+        ]
+        return None if None in found else sum(n for n in found if n is not None)
 
     def input_lag(self, partition: int) -> int | None:
         return self.intake.input_lag(partition)

@@ -28,21 +28,25 @@ from assignor.faust_adapter.consumer import (
     seek,
     set_record_taker,
 )
+from assignor.faust_adapter.faust_tables import guard_table_stores
 from assignor.faust_adapter.internals import IncompatibleInternals
 from assignor.faust_adapter.partition_assignor import declare_join, install
 from assignor.group_scenario import CopartitionError
 from tables.compiled import PARTS
 from tables.kafka.batches import producer_of, producer_problems
 from tables.kafka.handler_sends import collect_handler_sends
+from tables.kafka.topics import topic_ids
 from tables.records.codecs import CHECK
 from tables.runtime.gcpacing import raise_gc_threshold
+from tables.runtime.looplag import LoopLag
 from tables.runtime.probing import Prober
 from tables.runtime.results import Serializers
 from tables.runtime.startup import JoinStartupError, prepare_topics
 from tables.runtime.task import JoinTask
 from tables.settings import RuntimeSettings
 from tables.spec import JoinSpec
-from tables.state.datadir import DataDirError, DataDirLock, check_data_dir, lock_data_dir
+from tables.state.datadir import DataDirError, DataDirLock, check_data_dir, claim_data_dir, lock_data_dir
+from tables.state.faust_stores import FaustStoreGuard
 from tables.state.manager import JoinState
 from tables.state.store import StateFormatError, local_checkpoints
 
@@ -82,6 +86,9 @@ class Runtime:
         self._lock: DataDirLock | None = None
         self.prober = Prober(app, self.tasks, self.refresh_offsets)
         self._prober: asyncio.Task[None] | None = None
+        self.faust_stores = FaustStoreGuard()  # the app's Faust table stores, checked as they open
+        self.loop_lag = LoopLag()  # the event loop's stalls (the view, /metrics)
+        self._loop_lag: asyncio.Task[None] | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -117,11 +124,14 @@ class Runtime:
 
         async def on_first_start() -> None:
             await first_start()
+            if self._loop_lag is None:
+                self._loop_lag = asyncio.create_task(self.loop_lag.run())
             await fatal_at_start(self._check_connection)
 
         self.app.on_first_start = on_first_start  # type: ignore[method-assign]
         add_start_check(self.app, lambda: fatal_at_start(self._before_joining))
         install(self.app, local_offsets=self.local_offsets)
+        guard_table_stores(self.faust_stores.open)
         set_record_taker(self.app, self)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         self.app.on_before_shutdown.connect(self._on_shutdown)
@@ -206,6 +216,8 @@ class Runtime:
         if self._lock is None:  # one worker per data dir, for the life of the process
             check_data_dir(self.data_dir)
             self._lock = lock_data_dir(self.data_dir)
+            for directory in self._state_dirs():
+                claim_data_dir(directory, str(self.app.conf.id))
             raise_gc_threshold(self.settings.gc_threshold)
         problems = producer_problems(producer_of(self.app))
         if problems:
@@ -215,7 +227,26 @@ class Runtime:
         admin = app_settings(self.app, "admin")
         for task in self.tasks.values():
             task.partitions = await prepare_topics(task.spec, admin, self.settings.create_topics)
+        await self._learn_table_changelog_ids()
         self.refresh_offsets()
+
+    def _state_dirs(self) -> list[Path]:
+        """Where this worker keeps state: Faust's data dir (its tables), and Tandem's join dir
+        when it lies elsewhere (TANDEM_JOIN_DIR)."""
+        faust_dir = Path(self.app.conf.datadir).absolute()
+        joins = self.data_dir.absolute()
+        return [faust_dir] if joins.is_relative_to(faust_dir) else [faust_dir, joins]
+
+    async def _learn_table_changelog_ids(self) -> None:
+        """The topic ids of the Faust tables' changelogs, for the check of their stores (a store
+        from a changelog that was deleted and created again is set aside). Never raises: without
+        them, only that check is lost."""
+        tables = self.app.tables.values()  # type: ignore[attr-defined]
+        changelogs = sorted({t.changelog_topic.get_topic_name() for t in tables})
+        try:
+            self.faust_stores.record_ids(await topic_ids(app_settings(self.app, "admin"), changelogs))
+        except Exception as error:
+            log.warning("tandem: no topic ids for %s (%r): their history is not checked", changelogs, error)
 
     def _log_compiled_parts(self) -> None:
         for part in PARTS:
@@ -247,13 +278,15 @@ class Runtime:
             warmup = set(warmups.get(spec.changelog_topic, ()))
             await task.assign(active, standby - warmup, epoch, warmup)
         self.refresh_offsets()
+        if self.faust_stores.waiting_for_ids():  # tables whose changelogs Faust just created
+            await self._learn_table_changelog_ids()
         if self._timer is None:
             self._timer = asyncio.create_task(self._refresh_offsets_every())
         if self._prober is None:
             self._prober = asyncio.create_task(self.prober.run())
 
     async def _on_shutdown(self, sender: AppT, **kwargs: Any) -> None:
-        for background in (self._timer, self._prober):
+        for background in (self._timer, self._prober, self._loop_lag):
             if background is not None and not background.done():
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

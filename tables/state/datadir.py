@@ -3,6 +3,7 @@
     check_data_dir(path)           # DataDirError unless it is a directory we can list and write;
                                    # StateFormatError for a store of a newer state format
     with lock_data_dir(path):      # DataDirLocked if another process holds it
+        claim_data_dir(path, app_id)   # DataDirOfAnotherApp if another app id's state is there
         ...run the worker...
 
 Both raise before anything opens RocksDB, with a message that names the directory and
@@ -21,6 +22,7 @@ from types import TracebackType
 from tables.state.store import refuse_newer_format
 
 LOCK_FILE = "tandem.lock"
+APP_FILE = "tandem-app-id"  # the app id whose state the data dir holds
 _PROBE_FILE = ".tandem-write-check"
 
 
@@ -44,6 +46,43 @@ class DataDirLocked(DataDirError):
             "one worker per data dir; give this worker its own",
         )
         self.holder_pid = holder_pid
+
+
+class DataDirOfAnotherApp(DataDirError):
+    """The data dir holds the state of another app id (a volume reused by a redeploy, a wrong
+    TANDEM_DATA_DIR): its tables and changelog offsets belong to other topics."""
+
+    def __init__(self, path: Path, owner: str, app_id: str) -> None:
+        super().__init__(
+            path,
+            f"data dir {path} holds the state of app id {owner!r}, and this worker's app id is "
+            f"{app_id!r}: refusing to start on another app's state (give this app a data dir of "
+            f"its own, or move {path} away to start clean)",
+        )
+        self.owner = owner
+        self.app_id = app_id
+
+
+def claim_data_dir(path: Path | str, app_id: str) -> None:
+    """Refuse a data dir that holds another app id's state; on the first start, record this app
+    id in it (`tandem-app-id`). A data dir written before the record is taken as this app's.
+    Raises DataDirOfAnotherApp (naming the dir and both app ids) or DataDirError."""
+    path = Path(path)
+    marker = path / APP_FILE
+    try:
+        owner = marker.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        owner = ""
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataDirError(path, f"data dir {path}: {marker} cannot be read: {error}") from error
+    if owner and owner != app_id:
+        raise DataDirOfAnotherApp(path, owner, app_id)
+    if not owner:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            marker.write_text(app_id + "\n", encoding="utf-8")
+        except OSError as error:
+            raise _os_error(path, f"cannot record the app id in {marker}", error) from error
 
 
 def check_data_dir(path: Path | str) -> Path:

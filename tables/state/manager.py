@@ -113,6 +113,9 @@ class JoinState:
             (moves.warm if held else moves.cold).append(partition)
         for partition in sorted(active | standby):
             self._open(partition, "active" if partition in active else "standby")
+            # Each open reads a store's files and indexes its records: on a busy machine a
+            # rebalance's opens in a row held the event loop for a second.
+            await asyncio.sleep(0)
         self.ready &= active
         for partition in set(self.recovery.standby_lag) - standby:
             del self.recovery.standby_lag[partition]  # no longer tailed here: its lag is stale
@@ -180,6 +183,19 @@ class JoinState:
         its restore left it); empty for a partition not held here."""
         state = self.partitions.get(partition)
         return state.positions() if state is not None else {}
+
+    async def send_changes(
+        self, partition: int, producer: AIOKafkaProducer, positions: Mapping[str, bytes] | None = None
+    ) -> int | None:
+        """`commit` in two halves, so that a batch's partitions send side by side and write one at
+        a time: the changelog records produced and acknowledged (the checkpoint to write) ..."""
+        return await self.partitions[partition].send_changes(
+            producer, self.changelog, partition, self.send_batch_bytes, positions
+        )
+
+    def write(self, partition: int, checkpoint: int | None) -> None:
+        """... then the state and that checkpoint in one RocksDB batch."""
+        self.partitions[partition].write(checkpoint)
 
     def discard(self, partition: int) -> None:
         """Drop what a batch applied but did not commit (its input is read again)."""

@@ -14,6 +14,7 @@ so a worker reading records again after a restart or a takeover knows which are 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -82,19 +83,33 @@ class StatePartition:
         """Produce the batch's changelog records (record batches of up to `batch_bytes`),
         then write state + checkpoint atomically. Returns the new checkpoint. `positions`:
         input topic -> how far this batch has taken it (written where it changed)."""
+        self.write(await self.send_changes(producer, changelog, partition, batch_bytes, positions))
+        return self.checkpoint
+
+    async def send_changes(
+        self,
+        producer: AIOKafkaProducer,
+        changelog: str,
+        partition: int,
+        batch_bytes: int = SEND_BATCH_BYTES,
+        positions: Mapping[str, bytes] | None = None,
+    ) -> int | None:
+        """The first half of `commit`: produce the batch's changelog records (the inputs'
+        `positions` with them, where they changed) and wait for their acks; the checkpoint to
+        `write` with (the last offset written, or the current one)."""
         changes = self.operator.take_changes()
         for topic, raw in (positions or {}).items():
             key = POSITION + topic.encode()
             if self.overlay.get(key) != raw:
                 self.overlay.put(key, raw)
                 changes.append((key, raw))
+        await asyncio.sleep(0)  # the loop's turn between collecting and encoding a large batch
         try:
             last = await send_records(producer, changelog, partition, changes, batch_bytes=batch_bytes)
         except BaseException:
             self.reset()  # nothing of this batch reaches the disk; its input is read again
             raise
-        self.write(self.checkpoint if last is None else last)
-        return self.checkpoint
+        return self.checkpoint if last is None else last
 
     def write(self, checkpoint: int | None) -> None:
         """Write what the overlay holds and the checkpoint, in one RocksDB batch."""

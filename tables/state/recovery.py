@@ -21,7 +21,9 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from assignor.faust_adapter import clients
 from assignor.faust_adapter.clients import Settings
+from tables.kafka.topics import topic_ids
 from tables.state.partition import POSITION, StatePartition
+from tables.state.store import read_changelog_id, write_changelog_id
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,9 @@ class Recovery:
 
     async def _seek(self, consumer: AIOKafkaConsumer, partitions: list[int]) -> list[TopicPartition]:
         tps = [TopicPartition(self.changelog, p) for p in partitions]
+        topic_id = await self._changelog_id()
+        for tp in tps:
+            self._check_history(tp.partition, topic_id)
         consumer.assign(tps)
         starts = await consumer.beginning_offsets(tps)
         for tp in tps:
@@ -118,6 +123,33 @@ class Recovery:
                 offset = start
             consumer.seek(tp, offset)
         return tps
+
+    async def _changelog_id(self) -> str | None:
+        """The changelog topic's id (None: the broker has none, or did not answer)."""
+        try:
+            return (await topic_ids(self.settings, [self.changelog])).get(self.changelog)
+        except Exception as error:  # only the check below is lost
+            log.warning("tandem: no topic id for %s (%r): its history is not checked", self.changelog, error)
+            return None
+
+    def _check_history(self, partition: int, topic_id: str | None) -> None:
+        """The local state must come from this changelog, not from an earlier topic of the same
+        name (deleted and created again, then written past the local checkpoint: its offsets
+        would look right, and the restore would skip the new log's first records). The topic
+        id is recorded next to the store's files; a store recording another is rebuilt."""
+        if topic_id is None:
+            return
+        state = self.partitions[partition]
+        recorded = read_changelog_id(state.store.path, self.changelog)
+        if recorded is not None and recorded != topic_id and state.checkpoint is not None:
+            self.note(
+                f"changelog {self.changelog}[{partition}] is not the log the local state came from "
+                f"(topic id {topic_id}, the state's {recorded}: the topic was deleted and created "
+                "again): discarding the local state and restoring from the start"
+            )
+            state = self.rebuild(partition)
+        if recorded != topic_id:
+            write_changelog_id(state.store.path, self.changelog, topic_id)
 
     def note(self, message: str) -> None:
         """Log what a restore found and did, and keep it for the view (the last 20)."""
@@ -153,7 +185,7 @@ class Recovery:
             for tp in pending:
                 self._check_not_ahead(consumer, tp)
             for tp, records in fetched.items():
-                self._apply(tp.partition, records)
+                await self._apply(tp.partition, records)
                 deadline = time.monotonic() + self.stall_timeout_s
             for tp in list(pending):
                 progress = self.progress[tp.partition]
@@ -200,7 +232,9 @@ class Recovery:
         self.rebuild(tp.partition)
         consumer.seek(tp, 0)
 
-    def _apply(self, partition: int, records: list[ConsumerRecord]) -> None:
+    async def _apply(self, partition: int, records: list[ConsumerRecord]) -> None:
+        """Apply a fetch's records, written every FLUSH_RECORDS; the event loop gets a turn after
+        each write (a fetch holds up to 4 MB: tens of thousands of records)."""
         state = self.partitions[partition]
         operator = state.operator
         restore = operator.restore
@@ -212,6 +246,7 @@ class Recovery:
                 restore(key, record.value)
             if applied % FLUSH_RECORDS == 0:
                 state.write(record.offset)
+                await asyncio.sleep(0)  # nothing pending: a cancellation here loses nothing
         if records:
             operator.finish_restore()
             state.write(records[-1].offset)
@@ -250,7 +285,7 @@ class Recovery:
             while True:
                 fetched = await consumer.getmany(timeout_ms=500)
                 for tp, records in fetched.items():
-                    self._apply(tp.partition, records)
+                    await self._apply(tp.partition, records)
                 for tp in tps:
                     end, checkpoint = consumer.highwater(tp), self.partitions[tp.partition].checkpoint
                     if end is not None:

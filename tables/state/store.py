@@ -161,6 +161,7 @@ DAMAGE_REASONS = (
     "bad_checkpoint",  # a checkpoint value that is not an offset
     "checkpoint_behind_hint",  # RocksDB's checkpoint is behind the hint written after it
     "corruption_while_open",  # RocksDB reported Corruption in a read or write of an open store
+    "changelog_recreated",  # (Faust table stores) its records came from an earlier topic of that name
 )
 
 
@@ -189,7 +190,19 @@ def damage_counts() -> dict[str, int]:
 # instead of growing with the data, and all memtables share one budget.
 BLOCK_CACHE_BYTES = 64 << 20
 MEMTABLE_BUDGET_BYTES = 128 << 20
+WRITE_BUFFER_BYTES = 4 << 20  # per store (each partition)
 _shared: dict[str, Any] = {}
+
+
+def shared_memory() -> dict[str, int]:
+    """Bytes in the RocksDB memory every join store of this process shares: the block cache
+    (at most BLOCK_CACHE_BYTES) and the memtables (at most MEMTABLE_BUDGET_BYTES)."""
+    if not _shared:
+        return {"block_cache": 0, "memtables": 0}
+    return {
+        "block_cache": int(_shared["cache"].get_usage()),
+        "memtables": int(_shared["memtables"].get_usage()),
+    }
 
 
 def _options() -> Options:
@@ -205,7 +218,15 @@ def _options() -> Options:
     options.create_if_missing(True)
     options.set_block_based_table_factory(table)
     options.set_write_buffer_manager(_shared["memtables"])
-    options.set_write_buffer_size(32 << 20)
+    # A join's records are short-lived: a memtable holds their puts and deletes until it is
+    # flushed, and its write-ahead log as much on disk. At 32 MB a worker at a steady few
+    # hundred records a second grew both for most of an hour (benchmarks/soak.py); at 4 MB the
+    # flushes come every few minutes there, and a backlog's throughput did not change
+    # (docs/bench/worker.md).
+    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    # RocksDB's info log starts a new file at each open and kept the old ones (1,000 by
+    # default): a worker restarted every few minutes left one more per store each time.
+    options.set_keep_log_file_num(2)
     return options
 
 
@@ -481,7 +502,7 @@ def _replace_damaged(path: Path, error: StoreCorruptError, sync: bool, keep_dama
         "the partition will be restored from its changelog",
         path,
         error.reason,
-        error.detail,
+        one_line(error.detail),
         moved_to,
     )
     store = PartitionStore(path, sync)
@@ -489,15 +510,18 @@ def _replace_damaged(path: Path, error: StoreCorruptError, sync: bool, keep_dama
     return store
 
 
-def move_aside(path: Path, reason: str, detail: str, keep: int = KEEP_DAMAGED) -> Path:
-    """Move a damaged store to `<table>/.damaged/<partition>-<UTC time>/`, with a note of what
-    was found (`tandem-damage.txt`), and delete all but the newest `keep` of the table.
+def move_aside(
+    path: Path, reason: str, detail: str, keep: int = KEEP_DAMAGED, into: Path | None = None
+) -> Path:
+    """Move a damaged store to `<table>/.damaged/<partition>-<UTC time>/` (or to `into`, a
+    directory of that table's damaged stores alone), with a note of what was found
+    (`tandem-damage.txt`), and delete all but the newest `keep` there.
     Raises StoreOpenError if it cannot be moved (nothing is deleted then)."""
-    damaged = path.parent / DAMAGED_DIR
+    damaged = into if into is not None else path.parent / DAMAGED_DIR
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     target = damaged / f"{path.name}-{stamp}"
     try:
-        damaged.mkdir(exist_ok=True)
+        damaged.mkdir(parents=True, exist_ok=True)
         os.rename(path, target)
     except OSError as error:
         raise StoreOpenError(
@@ -622,6 +646,57 @@ def _write_format_file(path: Path) -> None:
         (path / FORMAT_FILE).write_bytes(_FORMAT_LINE % FORMAT_VERSION)
     except OSError as error:  # only an early warning: the key in RocksDB stays the authority
         log.warning("state store %s: format file not written (%s)", path, error)
+
+
+# -- which changelog the state came from -----------------------------------------------
+
+CHANGELOG_ID_FILE = "tandem-changelog-id"
+_CHANGELOG_ID_LINE = b"tandem-changelog-id %s %s\n"
+
+
+def read_changelog_id(path: Path | str, topic: str) -> str | None:
+    """The id (Kafka's topic id, hex) of the changelog `topic` whose records the store at `path`
+    holds, as recorded next to its files; None when none is recorded for that topic (a store
+    from before the record, a new one, or a file that is damaged)."""
+    try:
+        line = _read_head(os.path.join(os.fspath(path), CHANGELOG_ID_FILE), 512)
+    except OSError:
+        return None
+    parts = (line or b"").split()
+    if len(parts) != 3 or parts[0] != b"tandem-changelog-id" or parts[1] != topic.encode():
+        return None
+    return parts[2].decode("ascii", "replace")
+
+
+def write_changelog_id(path: Path | str, topic: str, topic_id: str) -> None:
+    """Record that the store at `path` holds records of the changelog `topic` whose id is
+    `topic_id`. A failed write only loses the check (logged): nothing depends on it."""
+    target = Path(path) / CHANGELOG_ID_FILE
+    try:
+        target.write_bytes(_CHANGELOG_ID_LINE % (topic.encode(), topic_id.encode()))
+    except OSError as error:
+        log.warning("state store %s: changelog id not recorded (%s)", path, error)
+
+
+def inspect_before_open(path: Path) -> bool:
+    """Raise StoreCorruptError for damage visible before RocksDB opens the files (a missing
+    CURRENT with RocksDB files beside it, a file where the directory should be); whether the
+    directory holds table or log data. For any RocksDB store, Tandem's or Faust's."""
+    return _inspect_before_open(path)
+
+
+def classify_open_error(path: Path, error: BaseException) -> StoreError | None:
+    """What a failed RocksDB open of `path` means: StoreCorruptError (its files are damaged:
+    set them aside), StoreOpenError (the machine: a lock, permissions, the disk; leave them),
+    or None for an error that did not come from RocksDB (a bug: let it through)."""
+    if not isinstance(error, Exception) or not _from_rocksdb(error):
+        return None
+    return _open_error(path, error)
+
+
+def one_line(text: str) -> str:
+    """RocksDB's message on one line (some span several): a log line per event."""
+    return " ".join(text.split())
 
 
 def _inspect_before_open(path: Path) -> bool:

@@ -9,8 +9,9 @@ and two additions) and exposed as a histogram at scrape time.
 Labels are bounded: `worker` (one value per process), `join` (declared in code), `side`
 (left, right), `category` (the dead-letter categories of tables/records/codecs.py), `kind` (a
 fixed list per metric), `role` (active, standby, restoring), `reason` (the store damage
-reasons of tables/state/store.py) and `partition` (at most the join's partition count). The
-largest metric has `joins x partitions` series per worker. docs/operations.md lists them.
+reasons of tables/state/store.py), `table` (the app's Faust tables, declared in code) and
+`partition` (at most the join's partition count). The largest metric has `joins x partitions`
+series per worker. docs/operations.md lists them.
 
 `/metrics` serves prometheus_client's default registry: what the app or Faust registered
 there too (for instance Faust's own sensors, `faust.sensors.prometheus`) comes with it.
@@ -37,10 +38,11 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from tables.runtime.looplag import running_tasks
 from tables.runtime.stats import REBALANCE_KINDS, LatencyBuckets
 from tables.runtime.task import JoinTask
 from tables.runtime.worker import Runtime
-from tables.state.store import damage_counts
+from tables.state.store import damage_counts, shared_memory
 
 METRICS_PATH = "/metrics"
 # -- the metrics ------------------------------------------------------------------------
@@ -154,6 +156,28 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("reason",),
         "Damaged state stores set aside (then restored), per reason",
     ),
+    "tandem_damaged_faust_stores": (
+        "counter",
+        ("table", "reason"),
+        "Faust table stores set aside (then rebuilt by Faust from their changelogs), per table and reason",
+    ),
+    "tandem_live_records": (
+        "gauge",
+        ("join",),
+        "Records the join's ready active partitions hold in memory (the windowed join's index)",
+    ),
+    "tandem_event_loop_stall_seconds": (
+        "gauge",
+        (),
+        "The event loop's longest stall in the last 10 s (how late a task asking to wake every 50 ms woke)",
+    ),
+    "tandem_event_loop_worst_stall_seconds": ("gauge", (), "The event loop's longest stall since the start"),
+    "tandem_asyncio_tasks": ("gauge", (), "Tasks on the worker's event loop"),
+    "tandem_rocksdb_memory_bytes": (
+        "gauge",
+        ("kind",),
+        "RocksDB memory the join stores share: block_cache (at most 64 MB), memtables (at most 128 MB)",
+    ),
     "tandem_join_failed": (
         "gauge",
         ("join",),
@@ -226,6 +250,9 @@ class TandemCollector(Collector):
         families = _Families(worker_name(runtimes[0].app))
         for runtime in runtimes:
             _collect_worker(families, runtime)
+            for table, reasons in runtime.faust_stores.damage_counts().items():
+                for reason, n in reasons.items():
+                    families.add("tandem_damaged_faust_stores", [table, reason], n)
         for reason, n in damage_counts().items():
             families.add("tandem_damaged_stores", [reason], n)
         yield from families.by_name.values()
@@ -244,6 +271,13 @@ def _collect_worker(f: _Families, runtime: Runtime) -> None:
     settings = getattr(assignor, "settings", None)
     host, rack = getattr(settings, "host", ""), getattr(settings, "rack", "")
     f.add("tandem_worker_info", [host, rack, app.conf.id], 1)
+    f.add("tandem_event_loop_stall_seconds", [], runtime.loop_lag.longest())
+    f.add("tandem_event_loop_worst_stall_seconds", [], runtime.loop_lag.worst)
+    tasks = running_tasks()
+    if tasks is not None:
+        f.add("tandem_asyncio_tasks", [], tasks)
+    for kind, n in shared_memory().items():
+        f.add("tandem_rocksdb_memory_bytes", [kind], n)
     f.add("tandem_group_epoch", [], float(getattr(assignor, "epoch", 0) or 0))
     info = getattr(assignor, "last_rebalance", None)
     if info is not None:
@@ -269,6 +303,9 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
     for category, n in stats.dead_letters.items():
         f.add("tandem_dead_letters", [name, category], n)
     f.add("tandem_held_records", [name], task.intake.aligner.held())
+    live = task.live_records()
+    if live is not None:
+        f.add("tandem_live_records", [name], live)
     f.add("tandem_forced_records", [name], task.intake.aligner.forced)
     f.add("tandem_batches", [name], stats.batches)
     f.add("tandem_handler_restarts", [name], stats.handler_restarts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from html import escape
 from typing import Any
@@ -10,9 +11,10 @@ from faust.types import AppT
 from faust.web import Request, Response, View
 
 from assignor.faust_adapter.consumer import kafka_consumer, member_id
+from tables.runtime.looplag import running_tasks
 from tables.runtime.task import JoinTask
 from tables.runtime.worker import Runtime
-from tables.state.store import damage_counts
+from tables.state.store import damage_counts, shared_memory
 from tables.web.history import SAMPLE_EVERY_S, group_rebalance, history_of
 from tables.web.metrics import worker_name
 
@@ -43,11 +45,39 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "joins": {name: join_view(task) for name, task in sorted(runtime.tasks.items())},
         # Stores found damaged and set aside (then restored), per reason, since the process started.
         "damaged_stores": damage_counts(),
+        # The app's Faust table stores set aside (then rebuilt by Faust), per table and reason,
+        # and the last of them (tables/state/faust_stores.py).
+        "damaged_faust_stores": runtime.faust_stores.damage_counts(),
+        "faust_store_events": list(runtime.faust_stores.events),
         # What this member tells the leader at a JoinGroup, and the leader's planning inputs:
         # enough to rebuild the planner's scenario (python -m assignor what-if).
         "member": _member(app),
         "planner": _planner(app),
         "history": history_of(runtime).as_dict(),
+        "loop": loop_view(runtime),
+        "memory": memory_view(),
+    }
+
+
+def memory_view() -> dict[str, int]:
+    """What this process's memory holds, in the parts Tandem can name: Python's allocated
+    blocks (a count) and the RocksDB memory the join stores share (bytes)."""
+    rocksdb = shared_memory()
+    return {
+        "python_blocks": sys.getallocatedblocks(),
+        "rocksdb_block_cache_bytes": rocksdb["block_cache"],
+        "rocksdb_memtables_bytes": rocksdb["memtables"],
+    }
+
+
+def loop_view(runtime: Runtime) -> dict[str, Any]:
+    """The event loop: its longest stall in the last seconds and since the start, its tasks."""
+    lag = runtime.loop_lag
+    return {
+        "stall_s": round(lag.longest(), 4),
+        "stall_window_s": lag.window_s,
+        "worst_stall_s": round(lag.worst, 4),
+        "asyncio_tasks": running_tasks(),
     }
 
 
@@ -91,6 +121,8 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         "dead_letters": sum(stats.dead_letters.values()),
         "dead_letters_by_category": {c: n for c, n in stats.dead_letters.items() if n},
         "held": intake.aligner.held(),
+        # Records the ready active partitions hold in memory (the windowed join's index).
+        "live_records": task.live_records(),
         "forced": intake.aligner.forced,
         # Inputs not read for now (far ahead of their partner in event time) and what was
         # fetched of them before the pause, kept aside until they are resumed.
