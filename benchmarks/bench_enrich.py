@@ -310,7 +310,11 @@ async def time_restore(
     assignment until every partition is restored, and the changelog records it replayed."""
     changelog = await high_watermarks(bootstrap, f"{app_id}-{JOIN}-changelog")
     started = time.time()
-    process = worker(bootstrap, app_id, run_dir, f"restorer-{uid}", output).start()
+    # Its own output topic: what it reads again past the killed worker's last commit (at least
+    # once) it joins again, and must not count in the first worker's results.
+    again = f"{output}-again"
+    await create_inputs(bootstrap, [again], PARTITIONS)
+    process = worker(bootstrap, app_id, run_dir, f"restorer-{uid}", again).start()
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
