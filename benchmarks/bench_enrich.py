@@ -39,6 +39,7 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,7 @@ CHUNK = 100_000  # records generated and produced at a time
 QUOTE_STEP_MS = 1
 TRADE_STEP_MS = 2
 POLL_S = 0.1
+LOGS = REPO / "benchmarks" / "out" / "bench-enrich-logs"  # the workers' logs, kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,6 +291,10 @@ async def run_tandem(
                 elif first is not None:
                     last = (now, read, cpu)
                     if read >= data.total and join["results"] >= data.trades:
+                        counters = {
+                            "forced": join["forced"], "rebalances": join["rebalances"],
+                            "dead_letters": join["dead_letters"], **join["operator_counters"],
+                        }  # fmt: skip
                         break
             await asyncio.sleep(POLL_S)
         peak = peak_rss_kb(process.process.pid)
@@ -297,10 +303,12 @@ async def run_tandem(
             restored = await time_restore(bootstrap, app_id, run_dir, uid, output, timeout)
     finally:
         process.stop(10)
+        LOGS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(process.log_path, LOGS / process.log_path.name)
     assert first is not None and last is not None
     checked = check_output(await read_all(bootstrap, output), data, quix=False)
     run = {"records": last[1], "wall": last[0] - first[0], "cpu": last[2] - first[2], "peak_rss_kb": peak}
-    return {**run, **checked, **({"restore": restored} if restore else {})}
+    return {**run, **checked, "counters": counters, **({"restore": restored} if restore else {})}
 
 
 async def time_restore(
@@ -394,6 +402,8 @@ def describe(run: dict[str, Any]) -> str:
     )
     if "correct" in run:
         text += f"; {run['results']:,} results, {run['distinct']:,} trades, {run['correct']:,} correct"
+    if "counters" in run:
+        text += f"; the worker's counters {run['counters']}"
     if "restore" in run:
         r = run["restore"]
         text += (
