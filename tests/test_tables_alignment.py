@@ -118,6 +118,27 @@ def test_an_input_far_ahead_is_named_until_its_partner_catches_up() -> None:
     assert a.ahead() == {}
 
 
+def test_an_input_paused_for_running_ahead_is_not_let_go_for_its_silence() -> None:
+    """The runtime fetches no more of an input named ahead: its silence is the pause's, not its
+    own. It stays ahead, its records held, while its partner goes on far behind for longer than
+    `max_wait_unheard_s` (a table of millions of keys read before the stream it enriches):
+    let go, it was resumed and released past the cap, before the partner's records it needs."""
+    a, clock = aligner(max_held=8, max_wait_unheard_s=60.0)
+    ends = {IMP: 1_000, CLK: 1_000}
+    for offset, ts in enumerate([100, 110, 120, 130]):
+        a.add(0, CLK, offset, ts, f"c{ts}")
+    a.add(0, IMP, 0, 10, "i10")
+    assert a.release(0, ends) == ["i10"] and a.ahead() == {0: frozenset({CLK})}
+    for n in range(1, 11):  # five minutes of impressions, all before the clicks
+        clock.now += 30.0
+        a.add(0, IMP, n, 10 + n, f"i{10 + n}")
+        assert a.release(0, ends) == [f"i{10 + n}"]
+        assert a.ahead() == {0: frozenset({CLK})}, n
+    assert a.held(0) == 4 and a.forced == 0
+    a.add(0, IMP, 11, 125, "i125")  # the impressions catch up: the clicks before them go
+    assert a.release(0, ends) == ["c100", "c110", "c120", "i125"] and a.ahead() == {}
+
+
 def test_forget_drops_every_held_record_and_what_was_read() -> None:
     """A revocation: held records are read again later, from the committed offsets."""
     a, _ = aligner()

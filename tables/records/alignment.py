@@ -311,7 +311,10 @@ class Aligner(Generic[Item]):
                 state.ahead = frozenset()
             return None
         starts = starts or {}
-        bounds = {t: self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics}
+        bounds = {
+            t: self._bound(state.inputs[t], ends.get(t), starts.get(t), paused=t in state.ahead)
+            for t in self.topics
+        }
         limit = min(bounds.values())
         if state.held[0][0] > limit and len(state.held) <= self.max_held:
             self._note_ahead(state, bounds, limit)
@@ -375,8 +378,11 @@ class Aligner(Generic[Item]):
         source.waiting_since = None
         return source
 
-    def _bound(self, source: _Input, end: int | None, start: int | None) -> float:
-        """Up to which timestamp this input lets the partition's records through."""
+    def _bound(self, source: _Input, end: int | None, start: int | None, paused: bool = False) -> float:
+        """Up to which timestamp this input lets the partition's records through. `paused`:
+        it is named ahead (the runtime fetches no more of it), so its silence is ours: it is
+        never let go for it, which would release what it holds past the cap while its partner
+        is still behind (a partner with minutes of backlog left)."""
         now = self.clock()
         if source.last_offset is None:
             next_offset = start or 0
@@ -395,6 +401,6 @@ class Aligner(Generic[Item]):
         # stopped sending is let go after a long silence; the cap bounds memory.
         assert source.last_read_at is not None
         silence = self.max_wait_s if end is None else self.max_wait_unheard_s
-        if now - source.last_read_at >= silence:
+        if now - source.last_read_at >= silence and not paused:
             return _INF
         return -_INF if source.highest_ts is None else float(source.highest_ts)
