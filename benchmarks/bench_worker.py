@@ -82,6 +82,7 @@ BARE_JOIN = "bare join"
 BARE_DURABLE = "bare join+changelog"
 BARE_ROCKSDB = "bare join+changelog+rocksdb"
 PURE = "tandem (pure Python)"  # the same worker without its compiled parts (TANDEM_PURE_PYTHON=1)
+TWO = "tandem, 2 workers"  # two workers of one group sharing the partitions
 PIPELINES = {
     BARE: "",
     BARE_CK: "",
@@ -91,13 +92,15 @@ PIPELINES = {
     "consume-only": "benchmarks.consume_only_app",
     "tandem": "app",
     PURE: "app",
+    TWO: "app",
     "faust-table": "benchmarks.faust_table_app",
     QUIX: "",
 }
 # Environment of a worker pipeline beyond the run's own settings.
 PIPELINE_ENV = {PURE: {"TANDEM_PURE_PYTHON": "1"}}
+WORKERS = {TWO: 2}  # worker processes of a pipeline (1 unless said)
 # The pipelines that produce results: timed until all are out.
-JOINING = ("tandem", PURE, "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB, QUIX)
+JOINING = ("tandem", PURE, TWO, "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB, QUIX)
 BARE_PIPELINES = {
     BARE: "read", BARE_CK: "confluent", BARE_JOIN: "join", BARE_DURABLE: "durable", BARE_ROCKSDB: "rocksdb"
 }  # fmt: skip
@@ -423,29 +426,33 @@ async def run_pipeline(
     slug = "".join(c if c.isalnum() else "-" for c in name)  # topic names and paths
     settings = dataclasses.replace(base, app_id=f"wb-{slug}-{uid}")
     await create_topics(settings.broker.removeprefix("kafka://"), settings)
-    worker = WorkerProcess(
-        f"{slug}-{uid}",
-        "host-1",
-        "rack-1",
-        settings.broker.removeprefix("kafka://"),
-        settings.app_id,
-        run_dir,
-        standby_replicas=0,
-        partitions=PARTITIONS,
-        topic_prefix=settings.topic_prefix,
-        app_module=PIPELINES[name],
-        extra_env=dict(PIPELINE_ENV.get(name, {})),
-    ).start()
+    workers = [
+        WorkerProcess(
+            f"{slug}-{uid}-{n}",
+            f"host-{n}",
+            "rack-1",
+            settings.broker.removeprefix("kafka://"),
+            settings.app_id,
+            run_dir,
+            standby_replicas=0,
+            partitions=PARTITIONS,
+            topic_prefix=settings.topic_prefix,
+            app_module=PIPELINES[name],
+            extra_env=dict(PIPELINE_ENV.get(name, {})),
+        ).start()
+        for n in range(WORKERS.get(name, 1))
+    ]
     first: tuple[float, int, float] | None = None
     last: tuple[float, int, float] | None = None
     first_read_at: float | None = None  # wall clock of the first poll that saw a record read
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            worker.check()
-            view = worker.view()
-            assert worker.process is not None
-            now, read, cpu = time.perf_counter(), consumed(view, total), cpu_seconds(worker.process.pid)
+            for worker in workers:
+                worker.check()
+            view = combined([worker.view() for worker in workers])
+            now, read = time.perf_counter(), consumed(view, total)
+            cpu = sum(cpu_seconds(worker.process.pid) for worker in workers if worker.process is not None)
             if first_read_at is None and owns_all(view):
                 # From the last poll that saw it own every partition with nothing read yet (still
                 # restoring, at most a poll before its first fetch): the view may answer its
@@ -464,9 +471,10 @@ async def run_pipeline(
             raise RuntimeError(f"{name}: not done in {timeout} s (last: {last})")
         join = join_part(view) or {}
         results, late, forced = join.get("results", 0), join.get("late", 0), join.get("forced", 0)
-        peak = peak_rss_kb(worker.process.pid)
+        peak = max(peak_rss_kb(worker.process.pid) for worker in workers if worker.process is not None)
     finally:
-        worker.stop(10)
+        for worker in workers:
+            worker.stop(10)
     if name in JOINING and results != joins:
         raise RuntimeError(f"{name}: {results:,} results, expected {joins:,}")
     assert first is not None and last is not None
@@ -477,6 +485,25 @@ async def run_pipeline(
         "records": records, "wall": wall, "cpu": cpu, "results": results, "late": late, "forced": forced,
         "start_s": _assigned_to_first_read(join, first_read_at), "peak_rss_kb": peak,
     }  # fmt: skip
+
+
+def combined(views: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The ad join's fields over several workers of one group, flat (join_part takes it as is):
+    partitions owned and counters summed. None until each worker owns a partition, so a run
+    of several is timed only once they share the input (not while one reads it all)."""
+    joins = [join_part(view) for view in views]
+    if len(joins) == 1:
+        return joins[0]
+    if any(join is None or not join["actives"] for join in joins):
+        return None
+    found = [join for join in joins if join is not None]
+    return {
+        "actives": sorted(p for join in found for p in join["actives"]),
+        "restoring": {p: r for join in found for p, r in join["restoring"].items()},
+        "read": {side: sum(join["read"][side] for join in found) for side in ("left", "right")},
+        **{name: sum(join[name] for join in found) for name in ("results", "late", "forced")},
+        "rebalance_history": max((join["rebalance_history"] for join in found), key=lambda h: h[-1]["at"]),
+    }
 
 
 def _start_note(run: dict[str, Any]) -> str:
