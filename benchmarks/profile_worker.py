@@ -71,6 +71,23 @@ def area_of(stack: str) -> str:
     return next(name for name, frame in AREAS if frame in stack)
 
 
+def top_frames(raw: Path, within: str, count: int) -> list[tuple[str, int, int]]:
+    """The `count` frames most often on the stack of the samples that have `within` on theirs,
+    with their samples on the stack and at the top (where the time is spent itself)."""
+    on_stack: Counter[str] = Counter()
+    at_top: Counter[str] = Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        if not any(within in frame for frame in frames):
+            continue
+        below = next(i for i, frame in enumerate(frames) if within in frame)
+        for frame in set(frames[below:]):
+            on_stack[frame] += int(n)
+        at_top[frames[-1]] += int(n)
+    return [(frame, n, at_top[frame]) for frame, n in on_stack.most_common(count)]
+
+
 def shares(raw: Path) -> tuple[Counter[str], Counter[str], int]:
     """Samples per area and per listed function (on the stack) in a py-spy raw file."""
     areas: Counter[str] = Counter()
@@ -111,7 +128,9 @@ async def _load(bootstrap: str, impressions: int) -> tuple[Settings, int]:
     return settings, await load_inputs(settings, impressions)
 
 
-def profile(join: str, impressions: int, keys: int, trades: int, seconds: int, timeout: float) -> str:
+def profile(
+    join: str, impressions: int, keys: int, trades: int, seconds: int, timeout: float, within: str | None
+) -> str:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         raise SystemExit("py-spy is not installed: .venv/bin/pip install -e '.[profile]'")
@@ -158,7 +177,15 @@ def profile(join: str, impressions: int, keys: int, trades: int, seconds: int, t
                 print("note: the backlog ran out before the profile ended (idle in it)", file=sys.stderr)
         finally:
             worker.stop(10)
-        return table(*shares(raw), what, seconds)
+        found = table(*shares(raw), what, seconds)
+        if within:
+            _, _, total_samples = shares(raw)
+            found += f"\n\nFrames under `{within}` (share of all samples: on the stack / at its top):\n"
+            found += "\n".join(
+                f"- {n / total_samples:.1%} / {top / total_samples:.1%} {frame}"
+                for frame, n, top in top_frames(raw, within, 30)
+            )
+        return found
 
 
 def main() -> None:
@@ -171,8 +198,10 @@ def main() -> None:
     parser.add_argument("--trades", type=int, default=300_000, help="--join enrich: stream records")
     parser.add_argument("--seconds", type=int, default=8, help="how long py-spy samples")
     parser.add_argument("--timeout", type=float, default=120.0, help="for the worker's first record, seconds")
+    parser.add_argument("--within", help="also list the frames under this one (e.g. Intake.check)")
     args = parser.parse_args()
-    print(profile(args.join, args.impressions, args.keys, args.trades, args.seconds, args.timeout))
+    sizes = (args.impressions, args.keys, args.trades)
+    print(profile(args.join, *sizes, args.seconds, args.timeout, args.within))
 
 
 if __name__ == "__main__":
