@@ -25,6 +25,10 @@ group reading from the start and an empty state) on the embedded broker:
   changelog and state committed.
 - tandem (pure Python): the same worker with TANDEM_PURE_PYTHON=1: its per-record loop
   and input check run as Python, not compiled (tables/operators/_fastjoin.pyx, _fastcheck.pyx).
+- tandem (2 workers): two such workers of one group (one app id), two partitions each, timed
+  together from the last poll that saw each own its partitions with nothing read (a run where
+  one of them read before the other was assigned is timed from the first poll that saw both);
+  CPU is both processes', peak RSS the larger.
 - faust-table: the join written the usual way on Faust's own tables
   (benchmarks/faust_table_app.py): one Table keyed by auction id, one event at a
   time, Faust's RocksDB store and changelog; no expiry, no event-time order.
@@ -82,7 +86,7 @@ BARE_JOIN = "bare join"
 BARE_DURABLE = "bare join+changelog"
 BARE_ROCKSDB = "bare join+changelog+rocksdb"
 PURE = "tandem (pure Python)"  # the same worker without its compiled parts (TANDEM_PURE_PYTHON=1)
-TWO = "tandem, 2 workers"  # two workers of one group sharing the partitions
+TWO = "tandem (2 workers)"  # two workers of one group sharing the partitions
 PIPELINES = {
     BARE: "",
     BARE_CK: "",
