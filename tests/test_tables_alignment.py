@@ -122,7 +122,9 @@ def test_an_input_paused_for_running_ahead_is_not_let_go_for_its_silence() -> No
     """The runtime fetches no more of an input named ahead: its silence is the pause's, not its
     own. It stays ahead, its records held, while its partner goes on far behind for longer than
     `max_wait_unheard_s` (a table of millions of keys read before the stream it enriches):
-    let go, it was resumed and released past the cap, before the partner's records it needs."""
+    let go, it was resumed and released past the cap, before the partner's records it needs.
+    Once resumed, it still bounds the release: the rest of it is on the broker (or kept aside),
+    and its partner's later records must wait for it."""
     a, clock = aligner(max_held=8, max_wait_unheard_s=60.0)
     ends = {IMP: 1_000, CLK: 1_000}
     for offset, ts in enumerate([100, 110, 120, 130]):
@@ -137,6 +139,11 @@ def test_an_input_paused_for_running_ahead_is_not_let_go_for_its_silence() -> No
     assert a.held(0) == 4 and a.forced == 0
     a.add(0, IMP, 11, 125, "i125")  # the impressions catch up: the clicks before them go
     assert a.release(0, ends) == ["c100", "c110", "c120", "i125"] and a.ahead() == {}
+    clock.now += 1.0
+    a.add(0, IMP, 12, 200, "i200")  # past the clicks read: held until more clicks are read
+    assert a.release(0, ends) == ["c130"]
+    a.add(0, CLK, 4, 140, "c140")
+    assert a.release(0, ends) == ["c140"] and a.held(0) == 1 and a.forced == 0
 
 
 def test_forget_drops_every_held_record_and_what_was_read() -> None:

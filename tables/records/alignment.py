@@ -381,8 +381,9 @@ class Aligner(Generic[Item]):
     def _bound(self, source: _Input, end: int | None, start: int | None, paused: bool = False) -> float:
         """Up to which timestamp this input lets the partition's records through. `paused`:
         it is named ahead (the runtime fetches no more of it), so its silence is ours: it is
-        never let go for it, which would release what it holds past the cap while its partner
-        is still behind (a partner with minutes of backlog left)."""
+        not let go for it, neither while paused (what it holds would be released past the cap
+        while its partner is still behind, a partner with minutes of backlog left) nor as soon
+        as it is resumed (its partner's records would be released before the rest of it)."""
         now = self.clock()
         if source.last_offset is None:
             next_offset = start or 0
@@ -400,7 +401,9 @@ class Aligner(Generic[Item]):
         # with nothing more to send (transaction markers take offsets too) or one that
         # stopped sending is let go after a long silence; the cap bounds memory.
         assert source.last_read_at is not None
+        if paused:
+            source.last_read_at = now  # its silence starts when it is resumed
         silence = self.max_wait_s if end is None else self.max_wait_unheard_s
-        if now - source.last_read_at >= silence and not paused:
+        if now - source.last_read_at >= silence:
             return _INF
         return -_INF if source.highest_ts is None else float(source.highest_ts)
