@@ -146,6 +146,23 @@ def test_an_input_paused_for_running_ahead_is_not_let_go_for_its_silence() -> No
     assert a.release(0, ends) == ["c140"] and a.held(0) == 1 and a.forced == 0
 
 
+def test_an_input_whose_records_wait_in_the_worker_is_not_silent() -> None:
+    """A worker held for minutes by one batch has records of both inputs queued: an input is
+    heard while its records wait (`heard`), and let go only after the silence that follows."""
+    a, clock = aligner(max_wait_unheard_s=60.0)
+    ends = {IMP: 1_000, CLK: 1_000}
+    a.add(0, IMP, 0, 10, "i10")
+    a.add(0, CLK, 0, 50, "c50")
+    assert a.release(0, ends) == ["i10"]
+    clock.now += 177.0  # the batch that held the worker; impressions wait in its queue
+    a.heard(0, IMP)
+    assert a.release(0, ends) == []  # the click waits for the impressions queued before it
+    a.heard(0, "unknown")
+    a.heard(7, IMP)  # nothing read of that partition: nothing to do
+    clock.now += 61.0  # then a minute of real silence
+    assert a.release(0, ends) == ["c50"]
+
+
 def test_forget_drops_every_held_record_and_what_was_read() -> None:
     """A revocation: held records are read again later, from the committed offsets."""
     a, _ = aligner()

@@ -327,6 +327,15 @@ class Aligner(Generic[Item]):
         else:
             state.ahead = frozenset(t for t, bound in bounds.items() if limit < bound < _INF)
 
+    def heard(self, partition: int, topic: str) -> None:
+        """Records of this input were fetched and wait, not yet added (queued behind a batch
+        that holds the worker): it is not silent. A worker busy for a minute must not let an
+        input go for the records it has not got to yet."""
+        state = self._partitions.get(partition)
+        source = None if state is None else state.inputs.get(topic)
+        if source is not None and source.last_read_at is not None:
+            source.last_read_at = self.clock()
+
     def ahead(self) -> dict[int, frozenset[str]]:
         """Partition -> its inputs not to read for now: with half of `max_held` records held
         or more, those ahead of the input that holds the release back (reading more of them
