@@ -218,6 +218,17 @@ async def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
+async def checked_output(bootstrap: str, output: str, data: Input, timeout: float) -> dict[str, int]:
+    """`check_output` of a live worker's output, read again until every trade is in it or
+    `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        checked = check_output(await read_all(bootstrap, output), data, quix=False)
+        if checked["distinct"] >= data.trades or time.monotonic() > deadline:
+            return checked
+        await asyncio.sleep(2.0)
+
+
 def check_output(rows: list[tuple[bytes | None, bytes | None]], data: Input, quix: bool) -> dict[str, int]:
     """Results, distinct trades among them, and trades whose result carries their symbol's quote."""
     seen: set[str] = set()
@@ -301,6 +312,9 @@ async def run_tandem(
                         break
             await asyncio.sleep(POLL_S)
         peak = peak_rss_kb(process.process.pid)
+        # The view counts results as they are handed to the handler: wait for them in the
+        # output (a kill would lose those in flight to the restoring worker's topic).
+        checked = await checked_output(bootstrap, output, data, timeout=120.0)
         if restore:
             process.kill()
             restored = await time_restore(bootstrap, app_id, run_dir, uid, output, timeout)
@@ -309,7 +323,6 @@ async def run_tandem(
         LOGS.mkdir(parents=True, exist_ok=True)
         shutil.copy(process.log_path, LOGS / process.log_path.name)
     assert first is not None and last is not None
-    checked = check_output(await read_all(bootstrap, output), data, quix=False)
     run = {"records": last[1], "wall": last[0] - first[0], "cpu": last[2] - first[2], "peak_rss_kb": peak}
     return {**run, **checked, "counters": counters, **({"restore": restored} if restore else {})}
 
