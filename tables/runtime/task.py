@@ -37,7 +37,7 @@ from faust.types import TP, AppT
 
 from assignor.faust_adapter.consumer import InputRecord
 from tables.kafka.batches import producer_of
-from tables.operators.base import Match, counters_of
+from tables.operators.base import Event, Match, Operator, counters_of
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler
 from tables.runtime.intake import Fetch, Intake, Letter
@@ -288,7 +288,7 @@ class JoinTask:
             if not events:
                 continue
             await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
-            matches = state.active(partition).operator.process_many(events)
+            matches = await self._operate(state.active(partition).operator, events)
             processed.append(partition)
             if matches:
                 latest.append(matches[-1].timestamp)
@@ -306,6 +306,21 @@ class JoinTask:
         intake.batch_done(touched | set(processed))
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
+
+    async def _operate(self, operator: Operator, events: list[Event]) -> list[Match]:
+        """`operator.process_many(events)` a batch's worth at a time, with a turn of the event
+        loop in between: a release can hand over far more than a batch (a stream held back
+        behind a table of millions of keys, all of it due at once), and one call held the
+        worker for minutes. The same results: an operator takes its events in turn."""
+        step = self.settings.batch_max_records
+        if len(events) <= step:
+            return operator.process_many(events)
+        matches: list[Match] = []
+        for start in range(0, len(events), step):
+            if start:
+                await asyncio.sleep(0)
+            matches += operator.process_many(events[start : start + step])
+        return matches
 
     async def _give_turn(self) -> None:
         """Let the event loop run (web view, timers) if this task has kept it LOOP_TURN_S:
