@@ -10,6 +10,7 @@ group reading from the start and an empty state) on the embedded broker:
 
 - bare consumer: one aiokafka consumer assigned every partition of both topics,
   decoding each value with orjson, nothing else (no Faust, no group): the floor.
+- bare confluent-kafka: the same with confluent-kafka (librdkafka) instead of aiokafka.
 - bare join, bare join+changelog, bare join+changelog+rocksdb: the floor of any join
   of these topics in Python, with no framework (`join_bare`): the bare consumer pairing
   each click with its impression by key (no window, expiry, validation, event-time
@@ -24,9 +25,17 @@ group reading from the start and an empty state) on the embedded broker:
   changelog and state committed.
 - tandem (pure Python): the same worker with TANDEM_PURE_PYTHON=1: its per-record loop
   and input check run as Python, not compiled (tables/operators/_fastjoin.pyx, _fastcheck.pyx).
+- tandem (2 workers): two such workers of one group (one app id), two partitions each, timed
+  together from the last poll that saw each own its partitions with nothing read (a run where
+  one of them read before the other was assigned is timed from the first poll that saw both);
+  CPU is both processes', peak RSS the larger.
 - faust-table: the join written the usual way on Faust's own tables
   (benchmarks/faust_table_app.py): one Table keyed by auction id, one event at a
   time, Faust's RocksDB store and changelog; no expiry, no event-time order.
+- quix join_interval: Quix Streams' interval join of the same topics with the same window
+  (a click within 10 minutes after its impression, records kept for the window plus the
+  minute of grace), results produced as JSON (benchmarks/quix_join.py, in an environment of
+  its own: benchmarks/quix_env.py). One process, its consumer group reading from the start.
 
 The rate counts from the first poll that saw the worker ready (it owns every partition,
 restored; normally nothing read yet) to the first that saw every record read and, for
@@ -37,7 +46,8 @@ all fall inside, as for the bare consumer, which times itself from its first fet
 request to its last record. On a small input the fixed cost from ready to the first
 fetch (Faust resuming its flow, one fetch wait) weighs on the fast pipelines: the lead's
 measurements use the default size or more. Rounds alternate the pipelines; the
-best round of each counts. Results: docs/bench/worker.md.
+best round of each counts; peak RSS is the largest of the rounds (each process's VmHWM, read at
+its end). Results: docs/bench/worker.md.
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ from rocksdict import Options, Rdict, WriteBatch
 from app.cluster import REPO, WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from app.traffic import ad_events, produce_events
+from benchmarks.quix_env import run_quix
 from tables.kafka.batches import start_sending
 from tables.kafka.topics import changelog_configs
 from tables.kafka.topics import create_topics as create_join_topics
@@ -69,25 +80,37 @@ from tables.testing import FAST_GROUP_SETTINGS, EmbeddedBroker
 
 PARTITIONS = 4
 BARE = "bare consumer"
+BARE_CK = "bare confluent-kafka"
+QUIX = "quix join_interval"
 BARE_JOIN = "bare join"
 BARE_DURABLE = "bare join+changelog"
 BARE_ROCKSDB = "bare join+changelog+rocksdb"
 PURE = "tandem (pure Python)"  # the same worker without its compiled parts (TANDEM_PURE_PYTHON=1)
+TWO = "tandem (2 workers)"  # two workers of one group sharing the partitions
 PIPELINES = {
     BARE: "",
+    BARE_CK: "",
     BARE_JOIN: "",
     BARE_DURABLE: "",
     BARE_ROCKSDB: "",
     "consume-only": "benchmarks.consume_only_app",
     "tandem": "app",
     PURE: "app",
+    TWO: "app",
     "faust-table": "benchmarks.faust_table_app",
+    QUIX: "",
 }
 # Environment of a worker pipeline beyond the run's own settings.
 PIPELINE_ENV = {PURE: {"TANDEM_PURE_PYTHON": "1"}}
+WORKERS = {TWO: 2}  # worker processes of a pipeline (1 unless said)
 # The pipelines that produce results: timed until all are out.
-JOINING = ("tandem", PURE, "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB)
-BARE_PIPELINES = {BARE: "read", BARE_JOIN: "join", BARE_DURABLE: "durable", BARE_ROCKSDB: "rocksdb"}
+JOINING = ("tandem", PURE, TWO, "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB, QUIX)
+BARE_PIPELINES = {
+    BARE: "read", BARE_CK: "confluent", BARE_JOIN: "join", BARE_DURABLE: "durable", BARE_ROCKSDB: "rocksdb"
+}  # fmt: skip
+# Input topics kept forever, said so at creation: Quix reads `retention.ms` and
+# `retention.bytes` of its input topics, and tansu reports only what a topic was created with.
+KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 POLL_S = 0.1
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -96,6 +119,26 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def peak_rss_kb(pid: int) -> int:
+    """The largest resident set a live process has had (VmHWM, kB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def own_peak_rss_kb() -> int:
+    """This process's peak resident set (kB): VmHWM, not ru_maxrss, which Linux carries over
+    an exec from the parent (a child of a large benchmark would report the benchmark's)."""
+    return peak_rss_kb(os.getpid())
+
+
+async def create_inputs(bootstrap: str, topics: list[str], partitions: int) -> None:
+    """Topics with one partition count, kept forever (`KEEP_FOREVER`: what Quix needs to read)."""
+    counts, configs = dict.fromkeys(topics, partitions), dict.fromkeys(topics, KEEP_FOREVER)
+    await create_join_topics(bootstrap, counts, configs)
 
 
 async def load_inputs(settings: Settings, impressions: int) -> int:
@@ -167,6 +210,40 @@ async def read_bare(bootstrap: str, topics: list[str], partitions: int) -> dict[
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     finally:
         await consumer.stop()
+    return {"records": records, "wall": wall, "cpu": cpu}
+
+
+def read_confluent(bootstrap: str, topics: list[str], partitions: int) -> dict[str, float]:
+    """`read_bare` with confluent-kafka: a consumer assigned every partition from its start,
+    `consume()` in batches, orjson-decoding each value, until each partition said it is at its
+    end (librdkafka's partition EOF comes from the fetch's high watermark)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
+    from confluent_kafka import TopicPartition as Partition
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"bare-{uuid.uuid4().hex[:6]}",
+        "enable.auto.commit": False, "enable.partition.eof": True,
+        "fetch.wait.max.ms": FAST_GROUP_SETTINGS["fetch_max_wait_ms"],
+    })  # fmt: skip
+    try:
+        consumer.assign([Partition(t, p, OFFSET_BEGINNING) for t in topics for p in range(partitions)])
+        at_end: set[tuple[str, int]] = set()
+        records = 0
+        started, cpu_started = time.perf_counter(), time.process_time()
+        while len(at_end) < len(topics) * partitions:
+            for message in consumer.consume(num_messages=10_000, timeout=0.2):
+                error = message.error()
+                if error is None:
+                    orjson.loads(message.value())
+                    records += 1
+                    at_end.discard((message.topic(), message.partition()))
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add((message.topic(), message.partition()))
+                else:
+                    raise RuntimeError(f"confluent-kafka: {error}")
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    finally:
+        consumer.close()
     return {"records": records, "wall": wall, "cpu": cpu}
 
 
@@ -288,12 +365,45 @@ def floor_changelog(settings: Settings) -> str:
     return f"{settings.topic_prefix}floor-changelog"
 
 
+def quix_output(settings: Settings) -> str:
+    return f"{settings.topic_prefix}quix-joins"
+
+
+def run_quix_join(
+    settings: Settings, total: int, joins: int, run_dir: Path, timeout: float
+) -> dict[str, Any]:
+    """Quix Streams' interval join of the two topics, the reference app's window: a click
+    from 0 to 10 minutes after its impression (`join_interval` looks `forward_ms` back from a
+    right record), each record kept for the window plus the minute of grace."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    uid = uuid.uuid4().hex[:6]
+    config = {
+        "mode": "interval", "bootstrap": settings.broker.removeprefix("kafka://"),
+        "group": f"wb-quix-{uid}", "state_dir": str(run_dir / f"quix-{uid}"),
+        "left": settings.impressions, "right": settings.clicks, "output": quix_output(settings),
+        "total": total, "expected": joins, "backward_ms": 0, "forward_ms": 600_000, "grace_ms": 660_000,
+    }  # fmt: skip
+    run = run_quix(config, timeout)
+    if run["records"] != total:
+        raise RuntimeError(f"{QUIX}: read {run['records']} records, not {total}")
+    return {**run, "late": 0, "forced": 0}
+
+
 def bare_main(
     mode: str, bootstrap: str, left: str, right: str, output: str, changelog: str
 ) -> dict[str, Any]:
-    """One bare pipeline's run: `read` (the bare consumer), `join` or `durable` (join_bare)."""
+    """One bare pipeline's run: `read` (the bare consumer), `confluent` (the same with
+    confluent-kafka), `join`, `durable` or `rocksdb` (join_bare); with its peak RSS."""
+    return {**_bare_run(mode, bootstrap, left, right, output, changelog), "peak_rss_kb": own_peak_rss_kb()}
+
+
+def _bare_run(
+    mode: str, bootstrap: str, left: str, right: str, output: str, changelog: str
+) -> dict[str, Any]:
     if mode == "read":
         return asyncio.run(read_bare(bootstrap, [left, right], PARTITIONS))
+    if mode == "confluent":
+        return read_confluent(bootstrap, [left, right], PARTITIONS)
     logged = changelog if mode in ("durable", "rocksdb") else None
     if mode != "rocksdb":
         return asyncio.run(join_bare(bootstrap, [left, right], output, logged, None))
@@ -307,9 +417,12 @@ async def run_pipeline(
     """One pipeline's run, timed until every record is read and, for a join, every
     result is out (`joins` pairs): records read but still held, or joined but not yet
     handled, are work not done."""
-    if name in BARE_PIPELINES:
-        bootstrap = base.broker.removeprefix("kafka://")
-        run = await asyncio.to_thread(run_bare, name, bootstrap, base, total, timeout)
+    if name in BARE_PIPELINES or name == QUIX:
+        if name == QUIX:
+            run = await asyncio.to_thread(run_quix_join, base, total, joins, run_dir, timeout)
+        else:
+            bootstrap = base.broker.removeprefix("kafka://")
+            run = await asyncio.to_thread(run_bare, name, bootstrap, base, total, timeout)
         if name in JOINING and run["results"] != joins:
             raise RuntimeError(f"{name}: {run['results']:,} results, expected {joins:,}")
         return run
@@ -317,29 +430,33 @@ async def run_pipeline(
     slug = "".join(c if c.isalnum() else "-" for c in name)  # topic names and paths
     settings = dataclasses.replace(base, app_id=f"wb-{slug}-{uid}")
     await create_topics(settings.broker.removeprefix("kafka://"), settings)
-    worker = WorkerProcess(
-        f"{slug}-{uid}",
-        "host-1",
-        "rack-1",
-        settings.broker.removeprefix("kafka://"),
-        settings.app_id,
-        run_dir,
-        standby_replicas=0,
-        partitions=PARTITIONS,
-        topic_prefix=settings.topic_prefix,
-        app_module=PIPELINES[name],
-        extra_env=dict(PIPELINE_ENV.get(name, {})),
-    ).start()
+    workers = [
+        WorkerProcess(
+            f"{slug}-{uid}-{n}",
+            f"host-{n}",
+            "rack-1",
+            settings.broker.removeprefix("kafka://"),
+            settings.app_id,
+            run_dir,
+            standby_replicas=0,
+            partitions=PARTITIONS,
+            topic_prefix=settings.topic_prefix,
+            app_module=PIPELINES[name],
+            extra_env=dict(PIPELINE_ENV.get(name, {})),
+        ).start()
+        for n in range(WORKERS.get(name, 1))
+    ]
     first: tuple[float, int, float] | None = None
     last: tuple[float, int, float] | None = None
     first_read_at: float | None = None  # wall clock of the first poll that saw a record read
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            worker.check()
-            view = worker.view()
-            assert worker.process is not None
-            now, read, cpu = time.perf_counter(), consumed(view, total), cpu_seconds(worker.process.pid)
+            for worker in workers:
+                worker.check()
+            view = combined([worker.view() for worker in workers])
+            now, read = time.perf_counter(), consumed(view, total)
+            cpu = sum(cpu_seconds(worker.process.pid) for worker in workers if worker.process is not None)
             if first_read_at is None and owns_all(view):
                 # From the last poll that saw it own every partition with nothing read yet (still
                 # restoring, at most a poll before its first fetch): the view may answer its
@@ -358,8 +475,10 @@ async def run_pipeline(
             raise RuntimeError(f"{name}: not done in {timeout} s (last: {last})")
         join = join_part(view) or {}
         results, late, forced = join.get("results", 0), join.get("late", 0), join.get("forced", 0)
+        peak = max(peak_rss_kb(worker.process.pid) for worker in workers if worker.process is not None)
     finally:
-        worker.stop(10)
+        for worker in workers:
+            worker.stop(10)
     if name in JOINING and results != joins:
         raise RuntimeError(f"{name}: {results:,} results, expected {joins:,}")
     assert first is not None and last is not None
@@ -368,8 +487,27 @@ async def run_pipeline(
         raise RuntimeError(f"{name}: read everything between two polls; give it more --impressions")
     return {
         "records": records, "wall": wall, "cpu": cpu, "results": results, "late": late, "forced": forced,
-        "start_s": _assigned_to_first_read(join, first_read_at),
+        "start_s": _assigned_to_first_read(join, first_read_at), "peak_rss_kb": peak,
     }  # fmt: skip
+
+
+def combined(views: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The ad join's fields over several workers of one group, flat (join_part takes it as is):
+    partitions owned and counters summed. None until each worker owns a partition, so a run
+    of several is timed only once they share the input (not while one reads it all)."""
+    joins = [join_part(view) for view in views]
+    if len(joins) == 1:
+        return joins[0]
+    if any(join is None or not join["actives"] for join in joins):
+        return None
+    found = [join for join in joins if join is not None]
+    return {
+        "actives": sorted(p for join in found for p in join["actives"]),
+        "restoring": {p: r for join in found for p, r in join["restoring"].items()},
+        "read": {side: sum(join["read"][side] for join in found) for side in ("left", "right")},
+        **{name: sum(join[name] for join in found) for name in ("results", "late", "forced")},
+        "rebalance_history": max((join["rebalance_history"] for join in found), key=lambda h: h[-1]["at"]),
+    }
 
 
 def _start_note(run: dict[str, Any]) -> str:
@@ -386,8 +524,25 @@ def _assigned_to_first_read(join: dict[str, Any], first_read_at: float | None) -
     return first_read_at - float(history[-1]["at"])
 
 
+@dataclasses.dataclass
+class Tally:
+    """A pipeline's figures over the rounds: best rate and CPU, largest peak RSS, results."""
+
+    wall_rate: float = 0.0
+    cpu_us: float = float("inf")
+    peak_rss_kb: int = 0
+    results: list[int] = dataclasses.field(default_factory=list)
+
+    def add(self, run: dict[str, Any]) -> tuple[float, float]:
+        wall_rate, cpu_us = run["records"] / run["wall"], run["cpu"] / run["records"] * 1e6
+        self.wall_rate, self.cpu_us = max(self.wall_rate, wall_rate), min(self.cpu_us, cpu_us)
+        self.peak_rss_kb = max(self.peak_rss_kb, int(run.get("peak_rss_kb") or 0))
+        self.results.append(int(run["results"]))
+        return wall_rate, cpu_us
+
+
 async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[str]) -> list[str]:
-    best: dict[str, tuple[float, float]] = {}  # records/s (wall), CPU µs per record
+    best: dict[str, Tally] = {}
     runs: list[str] = []
     per_round: list[dict[str, float]] = []  # wall rate of each pipeline, per round
     with (
@@ -397,7 +552,7 @@ async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[s
         base = dataclasses.replace(
             from_env(), broker=f"kafka://{broker.bootstrap}", topic_prefix="wb-", partitions=PARTITIONS
         )
-        await create_topics(broker.bootstrap, base)
+        await create_inputs(broker.bootstrap, [*base.topics(), quix_output(base)], PARTITIONS)
         logged = floor_changelog(base)
         await create_join_topics(broker.bootstrap, {logged: PARTITIONS}, {logged: changelog_configs(None)})
         total = await load_inputs(base, impressions)
@@ -406,34 +561,40 @@ async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[s
             per_round.append({})
             for name in pipelines:
                 run = await run_pipeline(name, base, total, joins, Path(tmp) / f"r{n}", timeout)
-                wall_rate, cpu_us = run["records"] / run["wall"], run["cpu"] / run["records"] * 1e6
+                wall_rate, cpu_us = best.setdefault(name, Tally()).add(run)
                 runs.append(
                     f"{name} round {n + 1}: {wall_rate:,.0f}/s wall, {cpu_us:.1f} µs CPU per record "
                     f"({run['records']:,} records timed), {run['results']:,} results, {run['late']:,} "
-                    f"late, {run['forced']:,} released before their turn" + _start_note(run)
+                    f"late, {run['forced']:,} released before their turn, peak RSS "
+                    f"{run.get('peak_rss_kb', 0) / 1024:,.0f} MB" + _start_note(run)
                 )
                 per_round[-1][name] = wall_rate
-                old = best.get(name, (0.0, float("inf")))
-                best[name] = (max(old[0], wall_rate), min(old[1], cpu_us))
-    return report(best, per_round, runs, total, impressions, rounds)
+    return report(best, per_round, runs, total, joins, impressions, rounds)
 
 
 def report(
-    best: dict[str, tuple[float, float]],
+    best: dict[str, Tally],
     per_round: list[dict[str, float]],
     runs: list[str],
     total: int,
+    joins: int,
     impressions: int,
     rounds: int,
 ) -> list[str]:
-    """The table: rates and CPU per record, each as a ratio against every alternative."""
+    """The table: rates and CPU per record, each as a ratio against every alternative; peak
+    RSS; results against those expected (a join's; a consumer makes none)."""
     others = [o for o in (BARE, "consume-only", "faust-table") if o in best]
     head = " | ".join(f"vs {o}" for o in others)
     rows = []
-    for name, (wall, cpu) in best.items():
-        walls = " | ".join(f"{wall / best[o][0]:.2f}" for o in others)
-        cpus = " | ".join(f"{cpu / best[o][1]:.2f}" for o in others)
-        rows.append(f"| {name} | {wall:,.0f} | {walls} | {cpu:.1f} | {cpus} |")
+    for name, tally in best.items():
+        walls = " | ".join(f"{tally.wall_rate / best[o].wall_rate:.2f}" for o in others)
+        cpus = " | ".join(f"{tally.cpu_us / best[o].cpu_us:.2f}" for o in others)
+        got = "/".join(f"{r:,}" for r in sorted(set(tally.results)))
+        results = f"{got} of {joins:,}" if name in JOINING else "-"
+        rows.append(
+            f"| {name} | {tally.wall_rate:,.0f} | {walls} | {tally.cpu_us:.1f} | {cpus} | "
+            f"{tally.peak_rss_kb / 1024:,.0f} | {results} |"
+        )
 
     def ratios(a: str, b: str) -> str:
         if a not in best or b not in best:
@@ -443,16 +604,17 @@ def report(
     return [
         f"Input: {total:,} records ({impressions:,} impressions and their clicks), {PARTITIONS} "
         f"partitions, one process per pipeline, embedded tansu broker; best of {rounds} "
-        "alternating rounds.",
+        f"alternating rounds; load average at the end {os.getloadavg()[0]:.2f}.",
         "",
-        f"| pipeline | records/s (wall) | {head} | µs CPU per record | {head} |",
-        "| --- |" + " ---: |" * (2 + 2 * len(others)),
+        f"| pipeline | records/s (wall) | {head} | µs CPU per record | {head} | peak RSS MB | results |",
+        "| --- |" + " ---: |" * (4 + 2 * len(others)),
         *rows,
         "",
         "Rates: higher is faster (a ratio above 1 beats the alternative); CPU per record: a "
         "ratio above 1 costs more than the alternative.",
         f"Within each round (wall), tandem / {BARE}: {ratios('tandem', BARE)}; "
         f"tandem / consume-only: {ratios('tandem', 'consume-only')}; "
+        f"tandem / {QUIX}: {ratios('tandem', QUIX)}; "
         f"tandem / faust-table: {ratios('tandem', 'faust-table')}.",
         "",
         *(f"- {line}" for line in runs),

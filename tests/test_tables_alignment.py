@@ -118,6 +118,51 @@ def test_an_input_far_ahead_is_named_until_its_partner_catches_up() -> None:
     assert a.ahead() == {}
 
 
+def test_an_input_paused_for_running_ahead_is_not_let_go_for_its_silence() -> None:
+    """The runtime fetches no more of an input named ahead: its silence is the pause's, not its
+    own. It stays ahead, its records held, while its partner goes on far behind for longer than
+    `max_wait_unheard_s` (a table of millions of keys read before the stream it enriches):
+    let go, it was resumed and released past the cap, before the partner's records it needs.
+    Once resumed, it still bounds the release: the rest of it is on the broker (or kept aside),
+    and its partner's later records must wait for it."""
+    a, clock = aligner(max_held=8, max_wait_unheard_s=60.0)
+    ends = {IMP: 1_000, CLK: 1_000}
+    for offset, ts in enumerate([100, 110, 120, 130]):
+        a.add(0, CLK, offset, ts, f"c{ts}")
+    a.add(0, IMP, 0, 10, "i10")
+    assert a.release(0, ends) == ["i10"] and a.ahead() == {0: frozenset({CLK})}
+    for n in range(1, 11):  # five minutes of impressions, all before the clicks
+        clock.now += 30.0
+        a.add(0, IMP, n, 10 + n, f"i{10 + n}")
+        assert a.release(0, ends) == [f"i{10 + n}"]
+        assert a.ahead() == {0: frozenset({CLK})}, n
+    assert a.held(0) == 4 and a.forced == 0
+    a.add(0, IMP, 11, 125, "i125")  # the impressions catch up: the clicks before them go
+    assert a.release(0, ends) == ["c100", "c110", "c120", "i125"] and a.ahead() == {}
+    clock.now += 1.0
+    a.add(0, IMP, 12, 200, "i200")  # past the clicks read: held until more clicks are read
+    assert a.release(0, ends) == ["c130"]
+    a.add(0, CLK, 4, 140, "c140")
+    assert a.release(0, ends) == ["c140"] and a.held(0) == 1 and a.forced == 0
+
+
+def test_an_input_whose_records_wait_in_the_worker_is_not_silent() -> None:
+    """A worker held for minutes by one batch has records of both inputs queued: an input is
+    heard while its records wait (`heard`), and let go only after the silence that follows."""
+    a, clock = aligner(max_wait_unheard_s=60.0)
+    ends = {IMP: 1_000, CLK: 1_000}
+    a.add(0, IMP, 0, 10, "i10")
+    a.add(0, CLK, 0, 50, "c50")
+    assert a.release(0, ends) == ["i10"]
+    clock.now += 177.0  # the batch that held the worker; impressions wait in its queue
+    a.heard(0, IMP)
+    assert a.release(0, ends) == []  # the click waits for the impressions queued before it
+    a.heard(0, "unknown")
+    a.heard(7, IMP)  # nothing read of that partition: nothing to do
+    clock.now += 61.0  # then a minute of real silence
+    assert a.release(0, ends) == ["c50"]
+
+
 def test_forget_drops_every_held_record_and_what_was_read() -> None:
     """A revocation: held records are read again later, from the committed offsets."""
     a, _ = aligner()

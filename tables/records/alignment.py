@@ -315,7 +315,10 @@ class Aligner(Generic[Item]):
                 state.ahead = frozenset()
             return None
         starts = starts or {}
-        bounds = {t: self._bound(state.inputs[t], ends.get(t), starts.get(t)) for t in self.topics}
+        bounds = {
+            t: self._bound(state.inputs[t], ends.get(t), starts.get(t), paused=t in state.ahead)
+            for t in self.topics
+        }
         limit = min(bounds.values())
         if state.held[0][0] > limit and len(state.held) <= self.max_held:
             self._note_ahead(state, bounds, limit)
@@ -327,6 +330,15 @@ class Aligner(Generic[Item]):
             state.ahead = frozenset()
         else:
             state.ahead = frozenset(t for t, bound in bounds.items() if limit < bound < _INF)
+
+    def heard(self, partition: int, topic: str) -> None:
+        """Records of this input were fetched and wait, not yet added (queued behind a batch
+        that holds the worker): it is not silent. A worker busy for a minute must not let an
+        input go for the records it has not got to yet."""
+        state = self._partitions.get(partition)
+        source = None if state is None else state.inputs.get(topic)
+        if source is not None and source.last_read_at is not None:
+            source.last_read_at = self.clock()
 
     def ahead(self) -> dict[int, frozenset[str]]:
         """Partition -> its inputs not to read for now: with half of `max_held` records held
@@ -412,8 +424,12 @@ class Aligner(Generic[Item]):
         source.waiting_since = None
         return source
 
-    def _bound(self, source: _Input, end: int | None, start: int | None) -> float:
-        """Up to which timestamp this input lets the partition's records through."""
+    def _bound(self, source: _Input, end: int | None, start: int | None, paused: bool = False) -> float:
+        """Up to which timestamp this input lets the partition's records through. `paused`:
+        it is named ahead (the runtime fetches no more of it), so its silence is ours: it is
+        not let go for it, neither while paused (what it holds would be released past the cap
+        while its partner is still behind, a partner with minutes of backlog left) nor as soon
+        as it is resumed (its partner's records would be released before the rest of it)."""
         now = self.clock()
         if source.last_offset is None:
             next_offset = start or 0
@@ -431,6 +447,8 @@ class Aligner(Generic[Item]):
         # with nothing more to send (transaction markers take offsets too) or one that
         # stopped sending is let go after a long silence; the cap bounds memory.
         assert source.last_read_at is not None
+        if paused:
+            source.last_read_at = now  # its silence starts when it is resumed
         silence = self.max_wait_s if end is None else self.max_wait_unheard_s
         if now - source.last_read_at >= silence:
             return _INF

@@ -126,6 +126,7 @@ class JoinTask:
         self.state: JoinState | None = None  # opened at the first assignment
         self.held_back: set[TP] = set()  # inputs of partitions being restored
         self._queue: asyncio.Queue[Fetch] = asyncio.Queue(maxsize=8)
+        self._queued: dict[TP, int] = {}  # fetches in _queue with records of each input partition
         self._last_turn = time.monotonic()  # when this task last let the event loop run
         self._leftover: deque[Fetch] = deque()  # the rest of a cut fetch
         self._working = asyncio.Lock()
@@ -171,6 +172,10 @@ class JoinTask:
             now = time.monotonic()
             for tp in records:
                 monitor.stream_inbound_time[tp] = now
+        queued = self._queued
+        for tp, found in records.items():
+            if found:
+                queued[tp] = queued.get(tp, 0) + 1
         await self._queue.put(records)
 
     async def _run(self) -> None:
@@ -199,7 +204,7 @@ class JoinTask:
             fetch = self._leftover.popleft()
         else:
             try:
-                fetch = await asyncio.wait_for(self._queue.get(), ALIGN_CHECK_S)
+                fetch = self._dequeued(await asyncio.wait_for(self._queue.get(), ALIGN_CHECK_S))
             except TimeoutError:
                 return [{}]
         batch: list[Fetch] = []
@@ -220,9 +225,29 @@ class JoinTask:
             if self._leftover:
                 fetch = self._leftover.popleft()
             elif not self._queue.empty():
-                fetch = self._queue.get_nowait()
+                fetch = self._dequeued(self._queue.get_nowait())
             else:
                 return batch
+
+    def _dequeued(self, fetch: Fetch) -> Fetch:
+        queued = self._queued
+        for tp, found in fetch.items():
+            if found and tp in queued:
+                queued[tp] -= 1
+                if not queued[tp]:
+                    del queued[tp]
+        return fetch
+
+    def _heard_waiting(self) -> None:
+        """Tell the aligner which inputs have records fetched and waiting (queued, the rest of
+        a cut fetch, kept aside): a batch that held the worker for a minute is not their
+        silence (an input let go for it had its partner's later records joined first)."""
+        waiting = set(self._queued)
+        waiting.update(tp for fetch in self._leftover for tp, found in fetch.items() if found)
+        waiting.update(tp for tp, found in self.intake.deferred.items() if found)
+        heard = self.intake.aligner.heard
+        for tp in waiting:
+            heard(tp.partition, tp.topic)
 
     async def fail(self, exc: Exception) -> None:
         """A batch could not be written (broker or disk) or its state read, or a restore
@@ -255,6 +280,7 @@ class JoinTask:
                     intake.check(tp, records[start : start + CHUNK_RECORDS], letters)
                     await self._give_turn()
                 touched.add(tp.partition)
+        self._heard_waiting()
         processed: list[int] = []
         latest: list[int] = []  # event time of each partition's last result (the latency histogram)
         feed: list[tuple[int, Match]] = []
@@ -378,7 +404,7 @@ class JoinTask:
             queued = list(self._leftover)  # cut from fetches taken before those still queued
             self._leftover.clear()
             while not self._queue.empty():
-                queued.append(self._queue.get_nowait())
+                queued.append(self._dequeued(self._queue.get_nowait()))
             queued.append(self.intake.deferred)
             for fetch in queued:
                 for tp, records in fetch.items():
