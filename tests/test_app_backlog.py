@@ -126,10 +126,10 @@ def _lags(view: dict[str, Any] | None) -> dict[str, int] | None:
     return dict(lags)
 
 
-def _catch_up(worker: WorkerProcess, timeout: float) -> tuple[dict[str, int], dict[str, Any]]:
+def _catch_up(worker: WorkerProcess, timeout: float) -> tuple[int, dict[str, Any]]:
     """Poll the worker's view until its lag is 0 on every partition and its results have
-    settled: returns the first complete lag view and the last view."""
-    first: dict[str, int] | None = None
+    settled: returns what it had read when it first owned every partition, and the last view."""
+    first: int | None = None
     settled: tuple[float, int] | None = None  # (since when, results) at lag 0
     last: dict[str, Any] | None = None
     deadline = time.monotonic() + timeout
@@ -137,14 +137,16 @@ def _catch_up(worker: WorkerProcess, timeout: float) -> tuple[dict[str, int], di
         worker.check()  # a crashed worker fails now, with its log
         view = worker.join()
         lags = _lags(view)
+        if first is None and view is not None and len(view["actives"]) == PARTITIONS:
+            first = sum(view["read"].values())
         if view is not None and lags is not None:
             last = view
-            first = first or lags
             if sum(lags.values()) == 0:
                 now = time.monotonic()
                 if settled is None or settled[1] != view["results"]:
                     settled = (now, view["results"])
                 elif now - settled[0] >= SETTLE_S:
+                    assert first is not None
                     return first, view
             else:
                 settled = None
@@ -198,14 +200,14 @@ def test_worker_started_on_a_backlog_drops_nothing_as_late(
     letter_ends = asyncio.run(high_watermarks(broker.bootstrap, settings.dead_letters, PARTITIONS, 15))
     results = asyncio.run(_read_all(broker.bootstrap, settings.joins, joins_ends, 30))
 
-    # A real backlog: the worker's first complete view had input left to process.
-    assert sum(first.values()) > 0, (first, caught_up_s)
+    # A real backlog: when the worker first owned every partition, it had input left to read.
+    assert first < backlog.total, (first, backlog.total, caught_up_s)
     assert view["dead_letters"] == 0 and sum(letter_ends.values()) == 0, (view, letter_ends)
     inner = {r["join_id"] for r in results if r["kind"] == "inner"}
     missing, wrong = backlog.expected - inner, inner - backlog.expected
     summary = (
         f"late {view['late']}, inner joins missing {len(missing)} of {len(backlog.expected)}, "
-        f"unexpected {len(wrong)} (backlog {backlog.total} records, first lag {first}, "
+        f"unexpected {len(wrong)} (backlog {backlog.total} records, read {first} at first, "
         f"caught up in {caught_up_s:.1f} s; log {worker.log_path})"
     )
     assert view["late"] == 0 and view["forced"] == 0, summary

@@ -306,9 +306,13 @@ class Intake:
             position = self.read_next.get(tp)
             if position is None:
                 position = committed.get(tp)
-            # Just assigned: Faust has not set where it starts yet (counting from 0 showed the
-            # whole topic as lag for a moment after each rebalance).
-            if high is None or position is None:
+            if high is None:
+                return None
+            if position is None:
+                if high == 0:  # an empty input: nothing to read, wherever reading starts
+                    continue
+                # Just assigned, Faust has not set where it starts yet (counting from 0 showed
+                # the whole topic as lag for a moment after each rebalance).
                 return None
             total += max(0, high - position)
         return total
