@@ -68,6 +68,11 @@ class Settings:
         return f"{self.app_id}-{JOIN_NAME}-dead-letters"
 
     @property
+    def audit(self) -> str:
+        """The join's audit topic (one record per result; app/join.py declares `audit=True`)."""
+        return f"{self.app_id}-{JOIN_NAME}-audit"
+
+    @property
     def changelog(self) -> str:
         """The join state's changelog (named by Tandem; a fresh app id starts fresh state)."""
         return f"{self.app_id}-{JOIN_NAME}-changelog"

@@ -25,10 +25,15 @@ RETENTION_MS = 10 * 60_000 + 60_000 + DAY_MS
 
 
 def _create_join_topics(c: Cluster, changelog: bool = True) -> None:
-    """What an operator creates for the reference app's join, besides its inputs (Faust's own
-    leader topic and the click-through table's changelog, which Faust would create)."""
+    """What an operator creates for the reference app's join (its dead letters and audit),
+    besides its inputs (Faust's own leader topic and the click-through table's changelog,
+    which Faust would create)."""
     s = c.settings
-    counts = {s.dead_letters: PARTITIONS, f"{s.app_id}-click-throughs-changelog": PARTITIONS}
+    counts = {
+        s.dead_letters: PARTITIONS,
+        s.audit: PARTITIONS,
+        f"{s.app_id}-click-throughs-changelog": PARTITIONS,
+    }
     counts[f"{s.app_id}-__assignor-__leader"] = 1
     configs = {}
     if changelog:
