@@ -65,6 +65,9 @@ class Intake:
         self.deferred: Fetch = {}
         self.read_next: dict[TP, int] = {}  # after the last record taken into a batch
         self.commit_at: dict[TP, int] = {}  # what Faust may commit
+        # Partitions read past records without checking any (all of them re-reads): their
+        # commit offset moves with this batch, though no record of theirs is in it.
+        self.read_past: set[int] = set()
         # How far the state had taken each input partition when it was handed to this task:
         # records below that it holds are re-reads (dropped while the fetches reach it).
         self.resume: dict[TP, InputPosition] = {}
@@ -120,8 +123,9 @@ class Intake:
         if skipped:
             rereads = self.stats.rereads
             rereads[tp.partition] = rereads.get(tp.partition, 0) + skipped
-        if not kept:  # all done: read past them (the commit moves on with the next batch)
+        if not kept:  # all done: read past them, and commit past them with this batch
             self.read_next[tp] = max(self.read_next.get(tp, 0), records[-1].offset + 1)
+            self.read_past.add(tp.partition)
         return kept
 
     def positions(self, partition: int) -> dict[str, bytes]:
@@ -183,7 +187,8 @@ class Intake:
 
     def batch_done(self, partitions: Iterable[int]) -> None:
         """After a batch is committed: move what Faust may commit, and pause or resume inputs."""
-        self._move_commit_offsets(partitions)
+        self._move_commit_offsets({*partitions, *self.read_past})
+        self.read_past = set()
         self.note_ahead()
         self.built = {}
 
