@@ -3,7 +3,8 @@
 time field; str keys with JSON values, offsets and the Kafka timestamp), with null keys and
 values, bad records of every category, records on the wrong partition, equal timestamps,
 records out of order, late ones and duplicates, in the arrival order of docs/pipeline.md
-(with `seq`, and without: Kafka timestamp, left first, offset).
+(with `seq`, and without: Kafka timestamp, left first, offset), and the end of the input as it
+is or closed (`advance` to the end of time, as the test driver's `close_inputs()`).
 
 The stream's side is the stream's own code: the partitioner check
 (`tables.records.partitioners.find_misplaced`), the side codecs (`side_codec(spec, side)`)
@@ -100,8 +101,10 @@ def test_the_twin_equals_the_stream_record_for_record(
     spark: SparkSession, join: str, data: st.DataObject
 ) -> None:
     rows = data.draw(records(join))
+    close_inputs = data.draw(st.booleans(), label="close_inputs")
     ref = JoinRef(APP, join)
-    expected, got = stream(ref, rows, PARTITIONS), twin(spark, ref, rows, PARTITIONS)
+    expected = stream(ref, rows, PARTITIONS, close_inputs)
+    got = twin(spark, ref, rows, PARTITIONS, close_inputs)
     assert got.results == expected.results
     assert sorted(got.letters) == sorted(expected.letters)
     assert got.null_values == expected.null_values
@@ -113,6 +116,7 @@ def test_the_twin_equals_the_stream_record_for_record(
         "late": sum(c["late"] for c in expected.counters.values()),
         "duplicates": sum(c["duplicates"] for c in expected.counters.values()),
         "seq" if any(r.seq is not None for r in rows) else "no seq": 1,
+        "closed" if close_inputs else "as is": 1,
     })  # fmt: skip
 
 
@@ -120,6 +124,7 @@ def test_the_inputs_reached_every_case() -> None:
     """The examples drawn above (run first) held each case the twin must get right."""
     if not COVERED:
         pytest.skip("the differential test did not run in this session")
-    cases = {"matched", "unmatched", "null_value", "late", "duplicates", "seq", "no seq", "wrong_partition",
-             "null_key", "undecodable", "wrong_type", "timestamp", "rejected", "too_large"}  # fmt: skip
+    cases = {"matched", "unmatched", "null_value", "late", "duplicates", "seq", "no seq", "closed", "as is",
+             "wrong_partition", "null_key", "undecodable", "wrong_type", "timestamp", "rejected",
+             "too_large"}  # fmt: skip
     assert cases <= {case for case, n in COVERED.items() if n > 0}, COVERED
