@@ -1,7 +1,8 @@
 """The stream's side of the twin's tests: records as Kafka holds them, fed in the arrival
 order of docs/pipeline.md to the stream's own code (the partitioner check, the side codecs
 made from the declaration, the join kind's operator over a MemoryKV), and the same records
-through the twin, each outcome in one shape to compare."""
+through the twin, each outcome in one shape to compare; and `mostly`, how both differential
+tests weight their drawn inputs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 
 from pipeline.apps import JoinRef
@@ -131,3 +133,12 @@ def outcome_of(output: TwinOutput) -> Outcome:
             mine = out.counters.setdefault(r["partition"], dict.fromkeys(names.values(), 0))
             mine[names[r["status"]]] += 1
     return out
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+def mostly(good: st.SearchStrategy[Any], *rest: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """`good` three times in four, else one of `rest` (`st.one_of` draws its branches evenly,
+    repeated or not): a result needs good records of one key on both inputs. Shrinks to `good`."""
+    return st.integers(0, 3).flatmap(lambda n: good if n < 3 else st.one_of(*rest))
