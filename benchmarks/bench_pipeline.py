@@ -2,17 +2,24 @@
 same topics, and the topic data source against a plain consumer.
 
     python benchmarks/bench_pipeline.py --records 1000000,10000000 --report docs/bench/pipeline.md
+    python benchmarks/bench_pipeline.py --kind temporal --records 1000000 --skip-source
 
-1. For each input size: orders and payments (benchmarks/pipeline_app.py: int keys as JSON,
-   `faust.Record` values, time and id fields, a left join of 10 minutes; 70 % of orders paid
-   0-5 minutes later, in time order with `seq` headers) produced to a 4-partition pair of
-   topics on an embedded broker of their own; then, in the same run:
+1. For each input size (`--kind windowed`, the default): orders and payments
+   (benchmarks/pipeline_app.py: int keys as JSON, `faust.Record` values, time and id fields,
+   a left join of 10 minutes; 70 % of orders paid 0-5 minutes later, in time order with `seq`
+   headers) produced to a 4-partition pair of topics on an embedded broker of their own; then,
+   in the same run:
    - the twin (`python -m pipeline join --app benchmarks.pipeline_app`'s work: `run_twin` from
      the topics, the typed results written to Parquet, the counts) on `--master`;
    - one worker (`faust -A benchmarks.pipeline_app worker`, a fresh group) replaying the topics
      from the beginning, timed as benchmarks/bench_worker.py times it: from owning every
      partition with nothing read to every record read and every result handed over (its
      result count must equal the twin's).
+   `--kind temporal`: the same with an enrichment join (benchmarks/pipeline_enrich_app.py:
+   trades enriched with the quote of their symbol as of their time, str keys, `faust.Record`
+   values, time and id fields, a left join with 5 s of grace and an hour of history; a trade
+   every 20 ms of event time on one of 100,000 symbols, a quote of a random symbol on 70 %
+   of those ticks, in time order with `seq` headers).
    Wall time, CPU time (the Spark JVM and its Python workers; the worker process) and input
    records per second per core of each, and the ratio.
 2. `--source-records` 100-byte records on a 4-partition topic read (a) through the
@@ -49,7 +56,7 @@ from tables.records.partitioners import partitions_for  # noqa: E402
 from tables.testing import EmbeddedBroker, WorkerProcess, create_topics, embedded_env  # noqa: E402
 
 PARTITIONS = 4
-APP = "benchmarks.pipeline_app"
+SYMBOLS = 100_000  # --kind temporal: the table's keys
 REPO = Path(__file__).resolve().parent.parent
 T0 = 1_800_000_000_000
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -81,10 +88,41 @@ def chunk_records(first: int, last: int, rng: random.Random, pending: list[tuple
     return out
 
 
-async def fill(bootstrap: str, records: int) -> int:
-    """About `records` input records (orders and payments) on the join's topics, placed by
-    murmur2, each with its `seq` (production order); returns how many."""
-    await create_topics(bootstrap, ["bench-orders", "bench-payments"], PARTITIONS)
+def enrich_chunk_records(first: int, last: int, rng: random.Random, pending: list[tuple[int, int, bytes]],
+                         flush: bool) -> list[tuple[str, bytes, bytes]]:  # fmt: skip
+    """(topic, key, value) of ticks [first, last), one every 20 ms: a trade of a random symbol,
+    and on 70 % of them a quote of another, in time order."""
+    out: list[tuple[str, bytes, bytes]] = []
+    for i in range(first, last):
+        ts = T0 + i * 20
+        symbol = f"S{rng.randrange(SYMBOLS)}"
+        if rng.random() < 0.7:
+            quoted = f"S{rng.randrange(SYMBOLS)}"
+            quote = {"symbol": quoted, "bid_cents": 100 + i % 900, "ask_cents": 102 + i % 900, "ts": ts}
+            out.append(("bench-quotes", quoted.encode(), orjson.dumps(quote)))
+        trade = {
+            "trade_id": f"t{i}",
+            "symbol": symbol,
+            "qty": 1 + i % 9,
+            "price_cents": 101 + i % 900,
+            "ts": ts,
+        }
+        out.append(("bench-trades", symbol.encode(), orjson.dumps(trade)))
+    return out
+
+
+# --kind -> the app's module, its join's topics (left, right) and its input generator.
+KINDS = {
+    "windowed": ("benchmarks.pipeline_app", ("bench-orders", "bench-payments"), chunk_records),
+    "temporal": ("benchmarks.pipeline_enrich_app", ("bench-trades", "bench-quotes"), enrich_chunk_records),
+}
+
+
+async def fill(bootstrap: str, records: int, kind: str) -> int:
+    """About `records` input records (orders and payments, or trades and quotes) on the join's
+    topics, placed by murmur2, each with its `seq` (production order); returns how many."""
+    _, topics, chunk_records = KINDS[kind]
+    await create_topics(bootstrap, list(topics), PARTITIONS)
     orders = int(records / 1.7)
     rng, pending = random.Random(7), []  # type: ignore[var-annotated]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1)
@@ -141,11 +179,11 @@ def tree_cpu(root: int) -> float:
 # -- the twin and the worker -----------------------------------------------------------------------
 
 
-def time_twin(spark: Any, bootstrap: str, out: Path) -> dict[str, Any]:
+def time_twin(spark: Any, app: str, bootstrap: str, out: Path) -> dict[str, Any]:
     """The join command's work over the topics: results to Parquet, then the counts."""
     jvm = spark.sparkContext._gateway.proc.pid
     began, cpu, own = time.monotonic(), tree_cpu(jvm), time.process_time()
-    output = run_twin(spark, JoinRef.of(APP), Topics(bootstrap))
+    output = run_twin(spark, JoinRef.of(app), Topics(bootstrap))
     output.results.write.mode("overwrite").parquet(str(out))
     counts = output.counts()
     wall = time.monotonic() - began
@@ -155,12 +193,15 @@ def time_twin(spark: Any, bootstrap: str, out: Path) -> dict[str, Any]:
     return {"wall": wall, "cpu": used, "results": results, "counts": counts}
 
 
-def time_worker(bootstrap: str, total: int, results: int, run_dir: Path, timeout: float) -> dict[str, Any]:
+def time_worker(
+    app: str, bootstrap: str, total: int, results: int, run_dir: Path, timeout: float
+) -> dict[str, Any]:
     """One worker replaying the topics from the beginning (a fresh group)."""
     env = {**embedded_env(), "BENCH_BROKER": f"kafka://{bootstrap}",
            "BENCH_APP_ID": f"bench-{time.time_ns()}", "BENCH_DATA_DIR": str(run_dir / "worker"),
            "BENCH_PARTITIONS": str(PARTITIONS), "TANDEM_STANDBY_REPLICAS": "0"}  # fmt: skip
-    worker = WorkerProcess("worker", APP, run_dir, env, cwd=REPO)
+    worker = WorkerProcess("worker", app, run_dir, env, cwd=REPO)
+    name = JoinRef.of(app).join
     worker.extra_env["BENCH_WEB_PORT"] = str(worker.port)
     worker.start()
     first = last = None
@@ -169,7 +210,7 @@ def time_worker(bootstrap: str, total: int, results: int, run_dir: Path, timeout
         while time.monotonic() < deadline:
             worker.check()
             view = worker.view()
-            join = (view or {}).get("joins", {}).get("paid")
+            join = (view or {}).get("joins", {}).get(name)
             assert worker.process is not None
             now, cpu = time.perf_counter(), _cpu(worker.process.pid)
             if join and len(join["actives"]) == PARTITIONS:
@@ -199,7 +240,8 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def bench_twin(spark: Any, sizes: list[int], cores: int, timeout: float) -> list[str]:
+def bench_twin(spark: Any, kind: str, sizes: list[int], cores: int, timeout: float) -> list[str]:
+    app = KINDS[kind][0]
     lines = []
     for n, size in enumerate([20_000, *sizes]):  # the first warms the session (workers, JIT): not shown
         with (
@@ -207,14 +249,14 @@ def bench_twin(spark: Any, sizes: list[int], cores: int, timeout: float) -> list
             EmbeddedBroker(log_dir=Path(tmp)) as broker,
         ):
             began = time.monotonic()
-            total = asyncio.run(fill(broker.bootstrap, size))
+            total = asyncio.run(fill(broker.bootstrap, size, kind))
             print(f"bench: {total:,} input records produced in {time.monotonic() - began:.0f} s", flush=True)
-            twin = time_twin(spark, broker.bootstrap, Path(tmp) / "results")
+            twin = time_twin(spark, app, broker.bootstrap, Path(tmp) / "results")
             print(f"bench: twin {twin['wall']:.1f} s wall, {twin['cpu']:.1f} s CPU", flush=True)
             print(f"bench: {twin['counts']}", flush=True)
             if n == 0:
                 continue
-            worker = time_worker(broker.bootstrap, total, twin["results"], Path(tmp), timeout)
+            worker = time_worker(app, broker.bootstrap, total, twin["results"], Path(tmp), timeout)
             print(f"bench: worker {worker['wall']:.1f} s wall, {worker['cpu']:.1f} s CPU", flush=True)
         lines.append(
             f"| {total:,} | {twin['results']:,} | {twin['wall']:.1f} s | {twin['cpu']:.0f} s | "
@@ -298,6 +340,7 @@ def bench_source(spark: Any, records: int) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", default="1000000,10000000", help="input sizes of the twin run")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="windowed", help="the join of the twin run")
     parser.add_argument("--source-records", type=int, default=500_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--shuffle-partitions", type=int, default=8)
@@ -312,7 +355,7 @@ def main() -> int:
         f"Command: `python benchmarks/bench_pipeline.py {shlex.join(sys.argv[1:])}`",
         f"Machine: {os.cpu_count()} cores, Spark {spark.version} `{args.master}` "
         f"({cores} cores used), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"load average at the start {os.getloadavg()[0]:.1f} (1 min)",
+        f"load average at the start {os.getloadavg()[0]:.1f} (1 min); join: {KINDS[args.kind][0]}",
         "",
     ]
     if not args.skip_twin:
@@ -323,7 +366,7 @@ def main() -> int:
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         sizes = [int(s) for s in args.records.split(",") if s]
-        report += bench_twin(spark, sizes, cores, args.worker_timeout)
+        report += bench_twin(spark, args.kind, sizes, cores, args.worker_timeout)
         report.append("")
         save(report, args.report)
     if not args.skip_source:

@@ -8,6 +8,10 @@ join: a trade before any quote of its symbol comes out too, with no quote. Each 
 written to `enriched-trades` with the mid price and the slippage, and the notional traded
 per symbol is totalled in a Faust table kept with the join (`tables=[...]`).
 
+The batch side needs nothing more: `python -m pipeline join --app examples.trades` computes the
+same join on Spark from the topics, and `python -m pipeline reconcile --app examples.trades`
+checks what the workers produced against it (through the join's audit topic).
+
 Settings from the environment: TRADES_BROKER (kafka://localhost:9092), TRADES_APP_ID
 (trades), TRADES_DATA_DIR (trades-data), TRADES_WEB_PORT (6066), TRADES_PARTITIONS (4); and
 Faust's own (BROKER_URL, WEB_PORT, APP_DATADIR, ...), which win over these.
@@ -78,6 +82,7 @@ notional = app.Table("notional-by-symbol", key_type=str, default=int, partitions
     history=timedelta(hours=1),  # how far back quotes are kept (the latest always)
     how="left",
     tables=[notional],
+    audit=True,  # one small record per result: `python -m pipeline reconcile --app examples.trades`
 )
 async def enrich(results: JoinResults[str, Trade, Quote]) -> None:
     async for symbol, trade, quote, ts in results:

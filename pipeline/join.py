@@ -1,7 +1,7 @@
 """join: the batch twin of a declared join, as a Spark job.
 
     python -m pipeline join --app examples.orders [--join paid] [--bootstrap HOST:PORT | --input DIR]
-                            [--out DIR] [--dead-letters DIR] [--json FILE]
+                            [--out DIR] [--dead-letters DIR] [--json FILE] [--close-inputs]
 
 Everything comes from the declaration in the app's module (imported, no worker started); the
 input from the join's topics (the app's broker by default, or `--bootstrap`, with
@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="write the results here as Parquet")
     parser.add_argument("--dead-letters", type=Path, help="write the dead letters here as Parquet")
     parser.add_argument("--json", type=Path, help="write the counts here as JSON")
+    parser.add_argument(
+        "--close-inputs",
+        action="store_true",
+        help="the input is all there is: also emit what the stream would once its stream time passed "
+        "every record (the last grace or window), as the test driver's close_inputs()",
+    )
     return parser
 
 
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = session(args.master, "tandem-join", args.shuffle_partitions)
     print(f"join: {json.dumps(describe(ref.spec()))}", flush=True)
     try:
-        output: TwinOutput = run_twin(spark, ref, source_of(args))
+        output: TwinOutput = run_twin(spark, ref, source_of(args), close_inputs=args.close_inputs)
     except UnknownKind as exc:
         raise SystemExit(f"join: {exc}") from None
     with progress(spark, "join"):

@@ -19,11 +19,14 @@ same fingerprints from the input (pipeline/twin.py). Reconcile compares the two 
 - misplaced (fails): a copy handed over on another partition than the twin's.
 
 It also compares the dead letters (the dead-letter topic against the twin's: missing,
-spurious, another category; copies by redelivery), shows the stream's operator counters (its
-changelog's `late` and `duplicates`: re-read records are counted again after a crash) next to
-the twin's, and counts the input records on a partition their key does not belong to
-(dead-lettered by both, so their joins are lost with no result missing: they fail the run
-unless `--allow-misplaced`; docs/partitioners.md). Exit status 0 when nothing fails.
+spurious, another category; copies by redelivery), the stream's operator counters (its
+changelog's last `late`, `duplicates`, and for a temporal join `late_updates`) with the
+twin's (a difference fails the run with `--strict-counters`: records read again after a crash
+are skipped as re-reads, so the counts agree unless the stream's state could not tell a
+re-read record was done, or it read a late-prone record in another order), and counts the
+input records on a partition their key does not belong to (dead-lettered by both, so their
+joins are lost with no result missing: they fail the run unless `--allow-misplaced`;
+docs/partitioners.md). Exit status 0 when nothing fails.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from pipeline.apps import JoinRef, app_bootstrap
 from pipeline.join import add_join_arguments, add_spark_arguments, join_of, source_of
 from pipeline.kafka import Connection, KafkaReadError, connection_from, offsets, source_options
 from pipeline.twin import TwinOutput, run_twin
-from pipeline.twins import UnknownKind, kind_module
+from pipeline.twins import COUNTER_OF, UnknownKind, kind_module
 from tables.operators.keys import decode_int, meta_key
 
 if TYPE_CHECKING:
@@ -54,7 +57,6 @@ AUDIT_SCHEMA = "partition int, ts long, fingerprint string, writer string"
 LETTER_SCHEMA = (
     "join string, topic string, partition int, offset long, reason string, category string, key string"
 )
-STREAM_COUNTERS = {"late": "late", "duplicates": "duplicate"}  # changelog name -> the twin's status
 
 
 @dataclass
@@ -71,6 +73,16 @@ class Report:
     twin_counts: dict[str, Any] = field(default_factory=dict)
     strict_duplicates: bool = False
     allow_misplaced: bool = False
+    strict_counters: bool = False
+
+    @property
+    def counters_differ(self) -> dict[str, int]:
+        """Counter -> the stream's count minus the twin's, where they differ (none without a
+        changelog)."""
+        twin, stream = self.counters.get("twin") or {}, self.counters.get("stream") or {}
+        if not stream:
+            return {}
+        return {name: stream.get(name, 0) - n for name, n in twin.items() if stream.get(name, 0) != n}
 
     @property
     def failures(self) -> list[str]:
@@ -82,6 +94,8 @@ class Report:
         ]
         if not self.allow_misplaced and sum(self.misplaced_inputs.values()):
             found.append("misplaced input records")
+        if self.strict_counters and self.counters_differ:
+            found.append("operator counters")
         return found
 
     @property
@@ -115,14 +129,18 @@ class Report:
             f"twin={e['twin']} stream={e['stream']}"
             for e in self.letter_examples
         ]
-        lines += ["", "  operator counters   " + "".join(f"{name:>14}" for name in STREAM_COUNTERS)]
+        names = list(self.counters.get("twin") or {})
+        lines += ["", "  operator counters   " + "".join(f"{name:>14}" for name in names)]
         for who in ("twin", "stream"):
             counts = self.counters.get(who)
-            cells = (
-                "".join(f"{counts.get(n, 0):>14,}" for n in STREAM_COUNTERS) if counts else "  (no changelog)"
-            )
+            cells = "".join(f"{counts.get(n, 0):>14,}" for n in names) if counts else "  (no changelog)"
             lines.append(f"    {who:<17} " + cells)
-        lines.append("    (the stream counts a record read again after a crash once more)")
+        differ = self.counters_differ
+        if differ:
+            found = ", ".join(f"{name} {n:+,} in the stream" for name, n in differ.items())
+            lines.append(f"    differ: {found}")
+        elif self.counters.get("stream"):
+            lines.append("    equal")
         misplaced = "  ".join(f"{t}={n:,}" for t, n in self.misplaced_inputs.items())
         lines += ["", f"  misplaced input records (dead-lettered by both: their joins are lost): {misplaced}"]
         verdict = "OK" if self.ok else "MISMATCH: " + ", ".join(self.failures)
@@ -279,8 +297,15 @@ def compare_letters(
     return {c: totals.get(c, 0) for c in LETTER_CATEGORIES}, shown, handler_errors
 
 
-def stream_counters(spark: SparkSession, connection: Connection, changelog: str) -> dict[str, int]:
-    """The operator's counters as the stream last wrote them to its changelog, summed over
+def counter_names(twin: TwinOutput) -> list[str]:
+    """The operator's counters of the twin's join kind (`late`, `duplicates`, ...)."""
+    return [COUNTER_OF[status] for status in twin.counters]
+
+
+def stream_counters(
+    spark: SparkSession, connection: Connection, changelog: str, counters: list[str]
+) -> dict[str, int]:
+    """The operator's `counters` as the stream last wrote them to its changelog, summed over
     partitions (the last value of `m:<counter>` on each); empty if there is no changelog."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -289,7 +314,7 @@ def stream_counters(spark: SparkSession, connection: Connection, changelog: str)
         offsets(connection, [changelog])
     except KafkaReadError:
         return {}
-    names = {meta_key(name).decode(): name for name in STREAM_COUNTERS}
+    names = {meta_key(name).decode(): name for name in counters}
     raw = read_topic(spark, connection, changelog).withColumn("name", F.col("key").cast("string"))
     last = Window.partitionBy("partition", "name").orderBy(F.col("offset").desc())
     rows = (
@@ -299,7 +324,7 @@ def stream_counters(spark: SparkSession, connection: Connection, changelog: str)
         .select("name", "value")
         .collect()
     )
-    totals = dict.fromkeys(STREAM_COUNTERS, 0)
+    totals = dict.fromkeys(counters, 0)
     for row in rows:
         if row["value"]:
             totals[names[row["name"]]] += decode_int(bytes(row["value"]))
@@ -307,8 +332,9 @@ def stream_counters(spark: SparkSession, connection: Connection, changelog: str)
 
 
 def twin_counters(twin: TwinOutput) -> dict[str, int]:
+    """The twin's records counted as the operator counts them (COUNTER_OF its statuses)."""
     found = {r["status"]: int(r["count"]) for r in twin.records.groupBy("status").count().collect()}
-    return {name: found.get(status, 0) for name, status in STREAM_COUNTERS.items()}
+    return {COUNTER_OF[status]: found.get(status, 0) for status in twin.counters}
 
 
 def misplaced_inputs(twin: TwinOutput) -> dict[str, int]:
@@ -340,7 +366,7 @@ def reconcile(
     )
     counters = {
         "twin": twin_counters(twin),
-        "stream": stream_counters(spark, connection, spec.changelog_topic),
+        "stream": stream_counters(spark, connection, spec.changelog_topic, counter_names(twin)),
     }
     return Report(spec.name, results, by_partition, shown, letters, letter_examples, handler_errors, counters,
                   misplaced_inputs(twin))  # fmt: skip
@@ -365,6 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-misplaced",
         action="store_true",
         help="input records on the wrong partition do not fail the run",
+    )
+    parser.add_argument(
+        "--strict-counters",
+        action="store_true",
+        help="fail when the stream's operator counters (late, duplicates, ...) differ from the twin's",
     )
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     return parser
@@ -392,10 +423,12 @@ def main(argv: list[str] | None = None) -> int:
         report.twin_counts = twin.counts()
     report.strict_duplicates = args.strict_duplicates
     report.allow_misplaced = args.allow_misplaced
+    report.strict_counters = args.strict_counters
     print(report.render())
     print(f"reconcile: done in {time.monotonic() - began:.1f} s", file=sys.stderr)
     if args.json:
-        found = {**asdict(report), "ok": report.ok, "failures": report.failures}
+        found = {**asdict(report), "ok": report.ok, "failures": report.failures,
+                 "counters_differ": report.counters_differ}  # fmt: skip
         args.json.write_text(json.dumps(found, indent=2, default=str))
     return 0 if report.ok else 1
 

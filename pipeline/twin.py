@@ -41,7 +41,7 @@ from pipeline.inputs import (
     topic_partitions,
 )
 from pipeline.kafka import Connection
-from pipeline.twins import STATUSES, KindTwin, kind_module
+from pipeline.twins import COUNTER_OF, STATUSES, KindTwin, kind_module
 from pipeline.types import key_typed, value_typed
 from tables.operators.base import fingerprint
 
@@ -63,12 +63,15 @@ class TwinOutput:
     raw_results: DataFrame  # pipeline.twins.RAW_RESULTS
     results: DataFrame  # typed (module docstring)
     counters: tuple[str, ...]  # statuses the stream's operator counts
+    cached: tuple[DataFrame, ...] = ()  # what the kind's twin persisted besides
 
     def unpersist(self) -> None:
         """Free what the twin keeps for its several uses (its records and raw results)."""
         self.checked.unpersist()
         self.records.unpersist()
         self.raw_results.unpersist()
+        for frame in self.cached:
+            frame.unpersist()
 
     @property
     def dead_letters(self) -> DataFrame:
@@ -80,7 +83,8 @@ class TwinOutput:
 
     def counts(self) -> dict[str, Any]:
         """Input records by fate and side, dead letters by category, results by shape, and the
-        operator's counters by partition (one Spark job each)."""
+        operator's counters (by their names in `Operator.counters()`), in all and by partition
+        (one Spark job each)."""
         from pyspark.sql import functions as F
 
         fates = self.records.groupBy("status", "side", "category", "partition").count().collect()
@@ -92,8 +96,9 @@ class TwinOutput:
             if row["category"]:
                 categories[row["category"]] = categories.get(row["category"], 0) + row["count"]
             if row["status"] in self.counters:
-                mine = per_partition.setdefault(row["partition"], dict.fromkeys(self.counters, 0))
-                mine[row["status"]] += row["count"]
+                names = [COUNTER_OF[status] for status in self.counters]
+                mine = per_partition.setdefault(row["partition"], dict.fromkeys(names, 0))
+                mine[COUNTER_OF[row["status"]]] += row["count"]
         shape = (
             F.when(F.col("left").isNull(), "right_only")
             .when(F.col("right").isNull(), "left_only")
@@ -106,7 +111,9 @@ class TwinOutput:
             "input": {s: sides for s, sides in by_fate.items()},
             "dead_letters": dict(sorted(categories.items())),
             "results": {k: shapes.get(k, 0) for k in ("matched", "left_only", "right_only")},
-            "operator": {c: sum(p[c] for p in per_partition.values()) for c in self.counters},
+            "operator": {
+                c: sum(p[c] for p in per_partition.values()) for c in (COUNTER_OF[s] for s in self.counters)
+            },
             "operator_by_partition": dict(sorted(per_partition.items())),
         }
 
@@ -127,10 +134,17 @@ def raw_input(spark: SparkSession, ref: JoinRef, source: Source) -> tuple[DataFr
 
 
 def run_twin(
-    spark: SparkSession, ref: JoinRef, source: Source | DataFrame, partitions: int | None = None
+    spark: SparkSession,
+    ref: JoinRef,
+    source: Source | DataFrame,
+    partitions: int | None = None,
+    close_inputs: bool = False,
 ) -> TwinOutput:
     """The twin of the join `ref` over `source` (topics, Parquet, or a DataFrame already in
-    the input layout, with `partitions` the topics' partition count)."""
+    the input layout, with `partitions` the topics' partition count): what the stream has
+    emitted by each partition's final stream time, or with `close_inputs` what it emits once
+    stream time moves past every record (the test driver's `close_inputs()`: a backfill of a
+    bounded input that wants every result, the last grace or window too)."""
     if isinstance(source, Topics | Parquet):
         raw, partitions = raw_input(spark, ref, source)
     else:
@@ -141,21 +155,23 @@ def run_twin(
     module = kind_module(spec.kind.name)  # before any work: an unknown kind says so at once
     # The checks run Python over every record: once (the kind's ordering samples them too).
     checks = checked(raw, ref, partitions).persist(StorageLevel.MEMORY_AND_DISK)
-    kind: KindTwin = module.twin(spark, ref, checks, partitions)
+    kind: KindTwin = module.twin(spark, ref, checks, partitions, close_inputs=close_inputs)
     raw_results = kind.results.persist(StorageLevel.MEMORY_AND_DISK)  # typed results and counts read it
     results = raw_results.mapInArrow(Finisher.run(ref), result_schema(ref))
-    return TwinOutput(ref, partitions, checks, kind.records, raw_results, results, kind.counters)
+    return TwinOutput(ref, partitions, checks, kind.records, raw_results, results, kind.counters, kind.cached)
 
 
-def join_frame(spark: SparkSession, app: str, join: str | None, source: Source | DataFrame) -> DataFrame:
+def join_frame(
+    spark: SparkSession, app: str, join: str | None, source: Source | DataFrame, close_inputs: bool = False
+) -> DataFrame:
     """The results of the join `join` declared in the module `app` (its only join if None),
     over `source`, as a DataFrame (columns: the module docstring): what the stream's handler
-    would be handed, for a backfill written in Spark.
+    would be handed, for a backfill written in Spark (`close_inputs`: run_twin).
 
         results = join_frame(spark, "examples.orders", "paid", Topics("127.0.0.1:9092"))
         results = join_frame(spark, "examples.orders", None, Parquet("orders-export/"))
     """
-    return run_twin(spark, JoinRef.of(app, join), source).results
+    return run_twin(spark, JoinRef.of(app, join), source, close_inputs=close_inputs).results
 
 
 # -- the typed results ------------------------------------------------------------------------

@@ -145,6 +145,7 @@ def join_table(
     partitioner: Partitioner = "murmur2",
     tables: Sequence[TableT] = (),
     max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+    audit: bool = False,
 ) -> Callable[[Handler], JoinSpec]:
     """Declare an enrichment join: each record of `stream` joined with the value `table` held
     for its key **as of the record's event time** (Kafka Streams' stream-table join over a
@@ -161,6 +162,10 @@ def join_table(
     - `timestamp`: as for `join`, for both inputs; `id`: the stream's record identity (a
       table's records are identified by their offsets).
     - `name`, `partitioner`, `tables`, `max_value_bytes`: as for `join`.
+    - `audit`: as for `join`: write, for every result handed to the handler, a small record
+      (its partition, time and fingerprint: of the key, the stream value, the table value or
+      none, and the stream record's time) to `{app id}-{name}-audit`, with the batch's output:
+      what `python -m pipeline reconcile` compares with the batch twin (docs/pipeline.md).
 
     The handler is written as for `join`: `async for key, stream_value, table_value, ts in
     results`, `ts` the stream record's time.
@@ -177,6 +182,7 @@ def join_table(
             partitioner=partitioner,
             tables=tuple(tables),
             max_value_bytes=max_value_bytes,
+            audit=audit,
         )
         return declared(spec)
 

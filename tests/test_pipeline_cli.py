@@ -50,3 +50,15 @@ def test_the_jobs_find_the_declared_joins_by_name() -> None:
     with pytest.raises(SystemExit, match="no join 'nope'; its joins: narrow, wide"):
         join_of(join_parser().parse_args(["--app", "tests.apps.two_joins", "--join", "nope"]))
     assert join_of(join_parser().parse_args(["--app", "examples.orders"])).join == "paid"
+
+
+def test_each_join_kind_has_its_twin_and_another_kind_is_refused_by_name() -> None:
+    """`join` and `reconcile` find the twin by `spec.kind.name`; a kind without one stops them
+    with a message naming the kinds that have one."""
+    from pipeline.twins import UnknownKind, kind_module
+
+    trades = join_of(join_parser().parse_args(["--app", "examples.trades"]))
+    assert trades.join == "enrich" and trades.spec().kind.name == "temporal" and trades.spec().audit
+    assert kind_module("temporal").twin is not kind_module("windowed").twin
+    with pytest.raises(UnknownKind, match=r"kind 'nope' yet \(twins exist for: windowed, temporal\)"):
+        kind_module("nope")

@@ -185,3 +185,29 @@ def test_dead_letters_missing_or_of_another_category_fail() -> None:
         "dead letters other_category"
     ]  # type: ignore[arg-type]
     assert Report(**{**base, "results": {**results, "late_by_stream_only": 4}}, letters=letters).ok  # type: ignore[arg-type]
+
+
+def test_operator_counters_that_differ_fail_only_when_strict() -> None:
+    """The stream's counters (from its changelog) against the twin's: shown either way, a
+    failure with `--strict-counters`; without a changelog there is nothing to compare."""
+    results = dict.fromkeys(["matched", "missing", "late_by_stream_only", "spurious", "redelivered",
+                             "repeated", "misplaced"], 0)  # fmt: skip
+    letters = dict.fromkeys(["matched", "missing", "spurious", "other_category", "redelivered"], 0)
+    twin = {"late": 3, "duplicates": 7, "late_updates": 1}
+
+    def report(stream: dict[str, int], strict: bool) -> Report:
+        return Report(join="j", results=results, by_partition=[], examples=[], letters=letters,
+                      letter_examples=[], handler_errors=0, counters={"twin": twin, "stream": stream},
+                      misplaced_inputs={}, strict_counters=strict)  # fmt: skip
+
+    equal = report(dict(twin), strict=True)
+    assert equal.ok and equal.counters_differ == {}
+    assert "    equal" in equal.render()
+    more = {**twin, "duplicates": 9, "late_updates": 0}
+    assert report(more, strict=False).ok
+    differ = report(more, strict=True)
+    assert differ.counters_differ == {"duplicates": 2, "late_updates": -1}
+    assert differ.failures == ["operator counters"]
+    assert "differ: duplicates +2 in the stream, late_updates -1 in the stream" in differ.render()
+    no_changelog = report({}, strict=True)
+    assert no_changelog.ok and "(no changelog)" in no_changelog.render()

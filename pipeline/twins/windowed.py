@@ -19,7 +19,8 @@ and key): every left and right record of one partition and key with
 second of the pair always arrives while the first is held); a record of a side `how` emits
 unmatched, with no partner at all, makes a result once the partition's final stream time
 passed `ts + before + after + grace` (after that no partner can be accepted), never before:
-what the stream has emitted by the end of the input.
+what the stream has emitted by the end of the input (with `close_inputs`, every one: what
+the stream emits once `advance` moves its stream time to the end of time).
 
 tests/test_pipeline_twin.py holds this to the stream's operator, record for record.
 """
@@ -34,12 +35,12 @@ import pyarrow as pa
 
 from pipeline.apps import JoinRef
 from pipeline.checks import ACCEPTED, CHECKED_SCHEMA
-from pipeline.twins import KindTwin
+from pipeline.twins import END_OF_TIME, KindTwin, in_arrival_order
 from tables.operators.windowed import JoinType, JoinWindow, WindowedKind
 from tables.spec import JoinSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 # The checked records (pipeline/checks.py) with each one's fate in the join (`status`: late,
 # duplicate) and the stream time before it.
@@ -50,22 +51,6 @@ def window_of(spec: JoinSpec) -> tuple[JoinWindow, JoinType]:
     kind = spec.kind
     assert isinstance(kind, WindowedKind), kind
     return kind.window, kind.join_type
-
-
-def arrival_order(spec: JoinSpec) -> list[Column]:
-    """The sort of a partition's records in arrival order (docs/pipeline.md): `seq` first (a
-    partition whose records carry none falls to the rest), then the Kafka timestamp, left
-    before right, then the offset."""
-    from pyspark.sql import functions as F
-
-    side_rank = F.when(F.col("topic") == spec.left.name, 0).otherwise(1)
-    return [
-        F.col("partition"),
-        F.col("seq").asc_nulls_last(),
-        F.col("timestamp").asc_nulls_first(),
-        side_rank,
-        F.col("offset"),
-    ]
 
 
 class Sequencer:
@@ -138,9 +123,7 @@ def classify(spark: SparkSession, ref: JoinRef, checked: DataFrame, partitions: 
     """Every input record with its fate (RECORDS_SCHEMA): each partition's checked records on
     one Spark partition (by range: one partition each where they are few), sorted in arrival
     order, then one pass."""
-    spec = ref.spec()
-    count = max(1, min(partitions or spark.sparkContext.defaultParallelism, 1024))
-    ordered = checked.repartitionByRange(count, "partition").sortWithinPartitions(*arrival_order(spec))
+    ordered = in_arrival_order(spark, ref.spec(), checked, partitions)
     return ordered.mapInArrow(sequencer(ref), RECORDS_SCHEMA)
 
 
@@ -161,11 +144,11 @@ _OUTER = {frozenset(): "inner", frozenset({"left"}): "left_outer", frozenset({"r
           frozenset({"left", "right"}): "full_outer"}  # fmt: skip
 
 
-def results_of(records: DataFrame, spec: JoinSpec) -> DataFrame:
+def results_of(records: DataFrame, spec: JoinSpec, close_inputs: bool = False) -> DataFrame:
     """The join's results from the records' fates (module docstring), as RAW_RESULTS: one join
     of the accepted left and right records by partition, key and window (outer on the sides
     `how` emits unmatched); an unmatched record is kept once the partition's final stream time
-    has passed its `ts + before + after + grace`."""
+    (END_OF_TIME with `close_inputs`) has passed its `ts + before + after + grace`."""
     from pyspark.sql import functions as F
 
     window, join_type = window_of(spec)
@@ -186,7 +169,8 @@ def results_of(records: DataFrame, spec: JoinSpec) -> DataFrame:
     results = joined.select(*columns)
     if not join_type.unmatched_sides:
         return results
-    final = accepted.groupBy(F.col("partition").alias("p")).agg(F.max("ts").alias("final_time"))
+    final_time = F.lit(END_OF_TIME) if close_inputs else F.max("ts")
+    final = accepted.groupBy(F.col("partition").alias("p")).agg(final_time.alias("final_time"))
     retention = window.before + window.after + window.grace
     lone = F.col("left").isNull() | F.col("right").isNull()
     return (
@@ -196,13 +180,15 @@ def results_of(records: DataFrame, spec: JoinSpec) -> DataFrame:
     )
 
 
-def twin(spark: SparkSession, ref: JoinRef, checked: DataFrame, partitions: int | None) -> KindTwin:
+def twin(
+    spark: SparkSession, ref: JoinRef, checked: DataFrame, partitions: int | None, close_inputs: bool = False
+) -> KindTwin:
     """The twin of a windowed join over its checked input records (pipeline/checks.py)."""
     from pyspark import StorageLevel
 
     # The pass runs Python over every record: once, not once per use below.
     records = classify(spark, ref, checked, partitions).persist(StorageLevel.MEMORY_AND_DISK)
-    return KindTwin(records, results_of(records, ref.spec()))
+    return KindTwin(records, results_of(records, ref.spec(), close_inputs))
 
 
 def late_prone(records: DataFrame, spec: JoinSpec) -> DataFrame:

@@ -87,6 +87,11 @@ def _inverted_offset(record_id: bytes) -> bytes:
     return _U64.pack(_MAX_U64 - _U64.unpack(record_id)[0])
 
 
+def version_offset(version_key: bytes) -> int:
+    """The table record's offset of a version, from its state key (`v` ... ~ts ~offset)."""
+    return _MAX_U64 - int(_U64.unpack_from(version_key, len(version_key) - 8)[0])
+
+
 def _join_key(key: bytes) -> bytes:
     """len(key) + key: what follows a prefix (and a time) in every key of one join key."""
     return _pack_len(len(key)) + key
@@ -167,7 +172,7 @@ class TemporalJoin:
             if ts < now - self.history:
                 self._count("late")  # the versions as of ts may be pruned: no answer
             else:
-                self._emit(key, ts, value, results)
+                self._emit(key, ts, record_id, value, results)
             return
         if now is None or ts > now:
             self._move_to(ts, results)
@@ -238,7 +243,8 @@ class TemporalJoin:
         expire = self.state.expire
         for pending_key, value in due:
             key_end = _KEY_AT + _unpack_len(pending_key, 9)[0]
-            self._emit(pending_key[_KEY_AT:key_end], _decode_time(pending_key, _TIME_AT), value, results)
+            key, ts = pending_key[_KEY_AT:key_end], _decode_time(pending_key, _TIME_AT)
+            self._emit(key, ts, pending_key[key_end:], value, results)
             expire(pending_key)
             self._changes[pending_key] = None
             if self.ids:
@@ -283,9 +289,14 @@ class TemporalJoin:
     def _lookup(self, key: bytes, ts: int) -> bytes | None:
         """The table's value for `key` as of `ts`: its latest version at or before `ts`
         (the later offset at one time), None if there is none or it is a delete."""
+        found = self._version_at(key, ts)
+        return found[1][1:] if found is not None and found[1][:1] == PRESENT else None
+
+    def _version_at(self, key: bytes, ts: int) -> tuple[bytes, bytes] | None:
+        """The state's item of `key`'s latest version at or before `ts` (a delete too), or None."""
         versions = VERSION + _join_key(key)
-        for _, stored in self.state.scan(versions + _inverted_time(ts), versions + _VERSIONS_END):
-            return stored[1:] if stored[:1] == PRESENT else None
+        for item in self.state.scan(versions + _inverted_time(ts), versions + _VERSIONS_END):
+            return item
         return None
 
     def _prune(self, versions: bytes, prune_point: int) -> None:
@@ -307,7 +318,9 @@ class TemporalJoin:
         is still accepted (it is not older than history), and must stay hidden behind it."""
         return delete_time < prune_point
 
-    def _emit(self, key: bytes, ts: int, value: bytes, results: list[Match]) -> None:
+    def _emit(self, key: bytes, ts: int, record_id: bytes, value: bytes, results: list[Match]) -> None:
+        """The stream record (`key`, `ts`, `record_id`) joined as of `ts` (`record_id`: for a
+        subclass that traces which record made each result, as the batch twin does)."""
         table_value = self._lookup(key, ts)
         if table_value is not None or self._left:
             results.append(Match(key, value, table_value, ts))
