@@ -45,7 +45,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from app.cluster import REPO, WorkerProcess, covered, wait_for
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from assignor.faust_adapter import clients
-from tables.testing import EmbeddedBroker, high_watermarks
+from tables.testing import EmbeddedBroker, high_watermarks, uncommitted
 from tables.testing import create_topics as create_topics_named
 
 DAY_MS = 24 * 3600 * 1000
@@ -275,13 +275,8 @@ async def committed(bootstrap: str, group: str, topics: list[str], partitions: i
 
 async def backlog(bootstrap: str, settings: Settings) -> int:
     """Input records the group has not committed yet."""
-    topics, n = [settings.impressions, settings.clicks], settings.partitions
-    done = await committed(bootstrap, settings.app_id, topics, n)
-    left = 0
-    for topic in topics:
-        for p, high in (await high_watermarks(bootstrap, topic, n)).items():
-            left += max(0, high - max(0, done.get((topic, p), 0)))
-    return left
+    topics = [settings.impressions, settings.clicks]
+    return await uncommitted(bootstrap, settings.app_id, topics, settings.partitions)
 
 
 async def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:

@@ -7,12 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aiokafka import TopicPartition
-
-from assignor.faust_adapter import clients
 from pipeline.produce import _encoder
 from tables.spec import JoinSpec
-from tables.testing import WorkerProcess, high_watermarks
+from tables.testing import WorkerProcess, uncommitted
 
 
 def encoded(spec: JoinSpec, rows: list[dict[str, Any]], first_seq: int) -> list[dict[str, Any]]:
@@ -35,30 +32,13 @@ def encoded(spec: JoinSpec, rows: list[dict[str, Any]], first_seq: int) -> list[
     return out
 
 
-async def lag(bootstrap: str, group: str, topics: list[str], partitions: int) -> int:
-    """Records of `topics` past the group's committed offsets."""
-    admin = clients.admin(clients.settings_of(bootstrap))
-    await admin.start()
-    try:
-        tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
-        done = await admin.list_consumer_group_offsets(group, partitions=tps)
-    finally:
-        await admin.close()
-    left = 0
-    for topic in topics:
-        for p, high in (await high_watermarks(bootstrap, topic, partitions)).items():
-            meta = done.get(TopicPartition(topic, p))
-            left += max(0, high - max(0, meta.offset if meta else 0))
-    return left
-
-
 def drained(
     bootstrap: str, group: str, workers: list[WorkerProcess], topics: list[str], partitions: int
 ) -> bool:
     """Every worker alive (or stopped by the test), and the group's offsets at the inputs' ends."""
     for worker in workers:
         worker.check()
-    return asyncio.run(lag(bootstrap, group, topics, partitions)) == 0
+    return asyncio.run(uncommitted(bootstrap, group, topics, partitions)) == 0
 
 
 def covered(workers: list[WorkerProcess], join: str, partitions: int) -> bool:

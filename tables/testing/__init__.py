@@ -22,6 +22,7 @@ from tables.testing.broker import (
     free_port,
     high_watermarks,
     read_records,
+    uncommitted,
 )
 from tables.testing.cluster import LocalCluster
 from tables.testing.driver import JoinTestDriver, Sent
@@ -44,5 +45,6 @@ __all__ = [
     "free_port",
     "high_watermarks",
     "read_records",
+    "uncommitted",
     "wait_for",
 ]

@@ -186,6 +186,25 @@ async def high_watermarks(
     raise TimeoutError(f"no high watermark for every partition of {topic} within {timeout} s")
 
 
+async def uncommitted(connection: str | Settings, group: str, topics: Iterable[str], partitions: int) -> int:
+    """Records of `topics` past the consumer group's committed offsets (all of them where the
+    group committed nothing): 0 once the group has committed everything there is."""
+    topics = list(topics)
+    admin = clients.admin(clients.settings_of(connection))
+    await admin.start()
+    try:  # partitions listed: the embedded broker cannot answer without them
+        tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+        done = await admin.list_consumer_group_offsets(group, partitions=tps)
+    finally:
+        await admin.close()
+    left = 0
+    for topic in topics:
+        for p, high in (await high_watermarks(connection, topic, partitions)).items():
+            meta = done.get(TopicPartition(topic, p))
+            left += max(0, high - max(0, meta.offset if meta else 0))
+    return left
+
+
 async def read_records(
     connection: str | Settings, topic: str, partitions: int, timeout: float = 30.0, **consumer_options: Any
 ) -> list[Any]:
