@@ -131,13 +131,6 @@ def test_orders_stream_reconciles_with_its_twin_after_a_kill(spark: SparkSession
             **embedded_env(),
             "ORDERS_BROKER": f"kafka://{broker.bootstrap}",
             "TANDEM_STANDBY_REPLICAS": "1",
-            # The twin joins in event-time order exactly. A worker lets an input of unknown end
-            # go after TANDEM_ALIGN_MAX_WAIT_MS (2 s); on a busy machine a just-assigned input's
-            # first fetch can take longer, and its partner's records (a second of sending covers
-            # minutes of event time here) then move stream time ahead: a producer's copy sent
-            # again came after its original's grace and was joined a second time (the trades
-            # test, 2 runs in 8). Waiting longer keeps the order the twin assumes.
-            "TANDEM_ALIGN_MAX_WAIT_MS": "30000",
         }
         workers = [
             WorkerProcess(

@@ -45,6 +45,14 @@ PARTITIONS = 4  # examples/trades.py's default (TRADES_PARTITIONS)
 T0 = 1_800_000_000_000
 HOUR = 3_600_000  # the join's history
 SYMBOLS = [f"S{i:02d}" for i in range(16)]
+# Live traffic is sent in ~3 s: its minute of event time runs 20x the clock. A worker takes an
+# input read to the end its last fetch saw as caught up (tables/records/alignment.py), so a
+# fetch of the other input back a little later can move stream time ahead by 20x that delay.
+# With 10 minutes in 3 s (200x), 25 ms were a trade's 5 s of grace: a producer's copy sent
+# again a second after the original came after the original's grace and was joined again
+# (2 runs in 8 on a busy machine). At 20x it takes a fetch 200 ms late. (Which of this and the
+# wait below was at work was not established; the test guards against both.)
+QUOTE_EVERY = 600  # ms between two quotes of a symbol
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +80,7 @@ BAD = [
 
 
 def wave_one(seed: int = 7) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Live traffic, sorted by when it is sent: quotes every 6 s per symbol over 10 minutes
+    """Live traffic, sorted by when it is sent: quotes every 0.6 s per symbol over a minute
     (every 7th sent 3 s late: within the 5 s grace), a delete of every 4th symbol's quote
     midway, trades at random times (every 50th at a quote's exact time, 16 before any quote),
     every 11th trade sent again a second later, null-valued trades and bad records."""
@@ -81,7 +89,7 @@ def wave_one(seed: int = 7) -> tuple[list[dict[str, Any]], dict[str, int]]:
     counts = {"duplicates": 0, "null_values": 0}
     for i, symbol in enumerate(SYMBOLS):
         for q in range(100):
-            u = T0 + 5_000 + q * 6_000 + i * 37
+            u = T0 + 5_000 + q * QUOTE_EVERY + i * 37
             if q == 50 and i % 4 == 0:  # a delete: no quote from u until the next one
                 rows.append((u, {"side": "right", "key": symbol, "value": None, "timestamp": u}))
                 continue
@@ -95,9 +103,9 @@ def wave_one(seed: int = 7) -> tuple[list[dict[str, Any]], dict[str, int]]:
     quote_times = sorted(r["timestamp"] for _, r in rows)
     for n in range(1500):
         symbol = SYMBOLS[rng.randrange(len(SYMBOLS))]
-        ts = T0 + rng.randint(5_000, 600_000)
+        ts = T0 + rng.randint(5_000, 5_000 + 100 * QUOTE_EVERY)
         if n % 50 == 0:  # at a quote's exact time: that quote counts (at or before)
-            ts = T0 + 5_000 + rng.randrange(100) * 6_000 + SYMBOLS.index(symbol) * 37
+            ts = T0 + 5_000 + rng.randrange(100) * QUOTE_EVERY + SYMBOLS.index(symbol) * 37
         rows.append((ts, {"side": "left", "key": symbol, "value": trade(n, symbol, ts), "timestamp": ts}))
         if n % 11 == 0:  # the same trade again, a second later: one trade, counted as a duplicate
             rows.append(
@@ -194,12 +202,8 @@ def test_trades_stream_reconciles_with_its_twin_after_a_kill(spark: SparkSession
             **embedded_env(),
             "TRADES_BROKER": f"kafka://{broker.bootstrap}",
             "TANDEM_STANDBY_REPLICAS": "1",
-            # The twin joins in event-time order exactly. A worker lets an input of unknown end
-            # go after TANDEM_ALIGN_MAX_WAIT_MS (2 s); on a busy machine a just-assigned input's
-            # first fetch can take longer, and its partner's records (a second of sending covers
-            # minutes of event time here) then move stream time ahead: a producer's copy sent
-            # again came after its original's grace and was joined a second time (the trades
-            # test, 2 runs in 8). Waiting longer keeps the order the twin assumes.
+            # An input of unknown end (a just-assigned partition, its first fetch not back)
+            # holds the other 2 s by default: 40 s of this traffic's event time (QUOTE_EVERY).
             "TANDEM_ALIGN_MAX_WAIT_MS": "30000",
         }
         workers = [
