@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/python -m app.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

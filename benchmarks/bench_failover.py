@@ -173,7 +173,8 @@ async def preload(bootstrap: str, settings: Any, workers: list[WorkerProcess], c
 
     def drained() -> bool:
         found = views(workers).values()
-        return all(v is not None and not any(v["lag"].values()) for v in found)
+        # A lag of None (a partition not positioned yet) is not drained.
+        return all(v is not None and all(lag == 0 for lag in v["lag"].values()) for v in found)
 
     if not await wait_until(drained, 600, 2):
         raise RuntimeError("preload not processed in 600 s")

@@ -216,7 +216,9 @@ def _settled(group: Cluster) -> bool:
         if view is None:
             return False
         join = view["joins"]["ad-join"]
-        if any(join["lag"].values()) or any(join["standby_lag"].values()) or join["held"]:
+        # A lag of None is not known yet (a partition just assigned): not settled either.
+        lags = [*join["lag"].values(), *join["standby_lag"].values()]
+        if any(lag != 0 for lag in lags) or join["held"]:
             return False
         held = {str(p) for p in join["actives"] + join["standbys"]}
         for partition, offset in view["member"]["local_offsets"].get(group.settings.changelog, {}).items():
