@@ -159,6 +159,23 @@ def test_what_the_app_sets_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     assert from_env.conf.web_bind == "192.0.2.1" and from_env.conf.web_tables_enabled is True
 
 
+def test_a_loopback_server_advertised_elsewhere_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    """Other workers cannot reach a worker that listens on 127.0.0.1 but advertises another
+    host: the worker says so at start (the default changed; multi-machine groups set WEB_BIND)."""
+    import asyncio
+
+    import faust
+
+    from assignor.faust_adapter import web_defaults
+
+    for canonical, warned in (("http://worker-2.internal:6066", True), ("http://localhost:6066", False)):
+        app = faust.App(f"advertised-{warned}", canonical_url=canonical)
+        web_defaults.apply(app)
+        caplog.clear()
+        asyncio.run(web_defaults.warn_if_unreachable(app))
+        assert ("other workers cannot reach it" in caplog.text) is warned, caplog.text
+
+
 def test_the_mask_hides_remembered_secrets_and_secret_assignments() -> None:
     import logging
 

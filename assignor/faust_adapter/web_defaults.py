@@ -20,6 +20,7 @@ Faust's own default).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import weakref
@@ -27,12 +28,15 @@ from typing import Any
 
 from faust import App
 from faust.types import AppT
+from yarl import URL
 
 from assignor.faust_adapter import internals
+from assignor.faust_adapter.consumer import add_start_check
 
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+_LOOPBACKS = (LOOPBACK, "localhost", "::1")
 _FAUST_DEFAULT_BIND_ENV = ("FAUST_WEB_BIND", "F_WEB_BIND")
 
 internals.require(__name__, App, "_default_options", "_config_source", instance=True)
@@ -59,6 +63,23 @@ def apply(app: AppT) -> None:
             )
         else:
             conf.web_tables_enabled = False
+    add_start_check(app, functools.partial(warn_if_unreachable, app))
+
+
+async def warn_if_unreachable(app: AppT) -> None:
+    """Say so at start when the server listens on the loopback while the worker advertises
+    another host: the other workers (the group page, the routing table) cannot reach it."""
+    conf = app.conf
+    if not conf.web_enabled or conf.web_bind not in _LOOPBACKS:
+        return
+    advertised = URL(str(conf.canonical_url)).host or ""
+    if advertised not in _LOOPBACKS:
+        log.warning(
+            "the web server listens on %s only, but this worker advertises %s to the group: other "
+            "workers cannot reach it; set WEB_BIND (or web_bind=) to an address they reach",
+            conf.web_bind,
+            conf.canonical_url,
+        )
 
 
 def set_by_app(app: AppT, name: str) -> bool:
