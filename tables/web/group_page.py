@@ -8,7 +8,11 @@ workers (active, standby, restoring; warm-ups have a column reserved until the
 assignment carries them), host and rack, lag per partition, the last rebalances, dead
 letters and late records, and plots of recent throughput and lag per worker drawn as
 inline SVG from each worker's history (tables/web/history.py). A member that does not
-answer is shown as such; the page never waits more than `FETCH_TIMEOUT_S` for one.
+answer is shown as such; the page never waits more than `FETCH_TIMEOUT_S` for one. A
+member's view is input from another process: it is read up to `MAX_VIEW_BYTES` and checked
+(peer_view.py) before the page uses it, and a member whose view fails is shown as
+"unreadable" with the reason. Only plain http(s)://host:port member addresses from the
+current assignment's routing table are fetched.
 """
 
 from __future__ import annotations
