@@ -79,7 +79,7 @@ def test_properties_comments_separators_continuations_and_escapes() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("security.protocol=SSL\njust some words\n", "line 2: expected key=value"),
+        ("security.protocol=SSL\njust\n", "line 2: a key without a value"),
         ("a=1\nb=2\na=3\n", "line 3: a is set twice (first on line 1)"),
         ("=value\n", "line 1: a value without a key"),
         ("k=\\u12\n", "line 1: malformed"),
@@ -88,6 +88,49 @@ def test_properties_comments_separators_continuations_and_escapes() -> None:
 def test_properties_errors_name_the_line(text: str, message: str) -> None:
     with pytest.raises(ClientConfigError, match=re.escape(message)):
         parse_properties(text)
+
+
+def test_properties_take_java_separators_whitespace_colon_and_equals() -> None:
+    """java.util.Properties: the key ends at the first unescaped `=`, `:` or whitespace."""
+    text = (
+        f"sasl.password {SECRET}\n"
+        "sasl.username:tandem\n"
+        "security.protocol \t = SASL_SSL\n"
+        "sasl.mechanism\tPLAIN\n"
+        "client.id  :  tools\n"
+        "with\\ space value\n"
+        "url http://registry:8081/a=b\n"
+        "spaced = a value with spaces\n"
+    )
+    assert parse_properties(text) == {
+        "sasl.password": SECRET,
+        "sasl.username": "tandem",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "client.id": "tools",
+        "with space": "value",
+        "url": "http://registry:8081/a=b",
+        "spaced": "a value with spaces",
+    }
+    config = parse_client_config(
+        f"security.protocol SASL_PLAINTEXT\nsasl.mechanism PLAIN\nsasl.username u\nsasl.password {SECRET}\n"
+    )
+    assert config.sasl_password == SECRET
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"security.protocol=SASL_PLAINTEXT\n{SECRET}\n",  # a value wrapped onto its own line
+        f"sasl.password={SECRET}\\u12\n",  # a malformed escape in the value
+        f"sasl.password={SECRET}\nsasl.password={SECRET}\n",  # a key twice
+    ],
+)
+def test_a_malformed_properties_line_is_never_echoed(text: str) -> None:
+    with pytest.raises(ClientConfigError) as raised:
+        parse_client_config(text)
+    message = str(raised.value)
+    assert message.startswith("line ") and SECRET not in message
 
 
 @given(st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=40), max_size=8))

@@ -49,6 +49,8 @@ from aiokafka.errors import (
 from aiokafka.protocol.metadata import MetadataRequest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth, server_list
 
+from assignor.faust_adapter import log_masking
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
 REDACTED = "[redacted]"
@@ -158,22 +160,47 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """`key=value` (or `key: value`) lines, `#` and `!` comments, Java's escapes and
-    continuation lines. A line without a separator, or a key given twice, is an error."""
+    """java.util.Properties lines: the key ends at its first unescaped `=`, `:` or whitespace
+    (`key=value`, `key: value`, `key value`); `#` and `!` comments, Java's escapes and
+    continuation lines. A key without a value, or a key given twice, is an error; an error
+    names the line and at most the key, never a value (the line may hold a password)."""
     found: dict[str, str] = {}
     where: dict[str, int] = {}
     for number, line in _logical_lines(text):
-        separator = re.search(r"(?<!\\)(?:\\\\)*[=:]", line)
-        if separator is None:
-            raise ClientConfigError(f"line {number}: expected key=value, got {line.strip()[:40]!r}")
-        key = _unescape(line[: separator.end() - 1], number)
-        value = _unescape(line[separator.end() :], number)
+        raw_key, raw_value, explicit = _split_property(line)
+        key = _unescape(raw_key, number)
+        value = _unescape(raw_value, number)
         if not key:
             raise ClientConfigError(f"line {number}: a value without a key")
+        if not explicit and not value:
+            raise ClientConfigError(
+                f"line {number}: a key without a value (expected key=value, key: value or key value)"
+            )
         if key in found:
             raise ClientConfigError(f"line {number}: {key} is set twice (first on line {where[key]})")
         found[key], where[key] = value, number
     return found
+
+
+_KEY_ENDS = "=: \t\f"  # Java's separators; whitespace is space, tab and form feed only
+
+
+def _split_property(line: str) -> tuple[str, str, bool]:
+    """(raw key, raw value, whether an `=` or `:` separated them), by Java's rules: the key
+    runs from the first non-whitespace character to the first unescaped `=`, `:` or
+    whitespace; whitespace after it, then one `=` or `:`, then whitespace, are skipped."""
+    start = len(line) - len(line.lstrip(" \t\f"))
+    end = start
+    while end < len(line) and line[end] not in _KEY_ENDS:
+        end += 2 if line[end] == "\\" else 1
+    end = min(end, len(line))
+    rest = end
+    while rest < len(line) and line[rest] in " \t\f":
+        rest += 1
+    explicit = rest < len(line) and line[rest] in "=:"
+    if explicit:
+        rest += 1
+    return line[start:end], line[rest:], explicit
 
 
 _ESCAPE_OUT = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
@@ -567,6 +594,9 @@ def _connection(connection: Connection) -> dict[str, Any]:
     settings = settings_of(connection)
     found = {k: v for k, v in settings.items() if k in _CONNECTION}
     found["bootstrap_servers"] = settings_of(bootstrap_of(settings))["bootstrap_servers"]
+    # Every client Tandem builds comes through here: its password never shows in a log line.
+    log_masking.install()
+    log_masking.remember(found.get("sasl_plain_password"))
     return found
 
 

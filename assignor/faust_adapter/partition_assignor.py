@@ -40,7 +40,7 @@ from yarl import URL
 
 from assignor import PlanStats, plan_with_stats, wire
 from assignor.core.plan import collector_paused
-from assignor.faust_adapter import internals
+from assignor.faust_adapter import internals, log_masking, web_defaults
 from assignor.faust_adapter.clients import app_settings
 from assignor.faust_adapter.consumer import add_start_check, install_consumer
 from assignor.faust_adapter.faust_tables import faust_table_offsets
@@ -625,6 +625,10 @@ def install(
     worker's disk; it is called once here, and a wrong shape raises TypeError now."""
     assignor = tandem(app)
     check()
+    # Before any page is registered (Faust picks its own endpoints then) and any client connects.
+    web_defaults.apply(app)
+    log_masking.install()
+    log_masking.remember_app(app)
     if settings is not None:
         assignor.settings = settings
     if local_offsets is not None:

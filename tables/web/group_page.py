@@ -8,25 +8,33 @@ workers (active, standby, restoring; warm-ups have a column reserved until the
 assignment carries them), host and rack, lag per partition, the last rebalances, dead
 letters and late records, and plots of recent throughput and lag per worker drawn as
 inline SVG from each worker's history (tables/web/history.py). A member that does not
-answer is shown as such; the page never waits more than `FETCH_TIMEOUT_S` for one.
+answer is shown as such; the page never waits more than `FETCH_TIMEOUT_S` for one. A
+member's view is input from another process: it is read up to `MAX_VIEW_BYTES` and checked
+(peer_view.py) before the page uses it, and a member whose view fails is shown as
+"unreadable" with the reason. Only plain http(s)://host:port member addresses from the
+current assignment's routing table are fetched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
 import aiohttp
 from faust.types import AppT
 from faust.web import Request, Response, View
+from yarl import URL
 
 from assignor.faust_adapter.routing import fetch_routing
 from tables.runtime.worker import Runtime
+from tables.web.peer_view import MAX_VIEW_BYTES, UnreadableView, parse_view
 from tables.web.view import worker_view
 
 FETCH_TIMEOUT_S = 2.0
+UNREADABLE = "unreadable"  # how the page names a member whose view failed its checks
 REFRESH_S = 5
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 
@@ -36,13 +44,18 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8
 
 async def group_snapshot(app: AppT, runtime: Runtime) -> dict[str, Any]:
     """Routing table, every member's view, and the grid of each join (JSON-ready)."""
-    own = worker_view(app, runtime)
-    routing = await _routing(app)
+    return await snapshot_of(worker_view(app, runtime), await _routing(app))
+
+
+async def snapshot_of(own: dict[str, Any], routing: dict[str, Any] | None) -> dict[str, Any]:
+    """The group as this worker (`own`, its view) sees it: the members the current
+    assignment's routing table names, each one's view fetched and checked (peer_view.py)."""
     urls = routing["urls"] if routing else []
     own_url = _norm(own["url"])
     if own_url not in {_norm(u) for u in urls}:
         urls = [*urls, own["url"]]
-    fetched = await asyncio.gather(*(_fetch_view(u) for u in urls if _norm(u) != own_url))
+    known = known_partitions(own, routing)
+    fetched = await asyncio.gather(*(_fetch_view(u, known) for u in urls if _norm(u) != own_url))
     others = iter(fetched)
     workers = []
     for url in urls:
@@ -58,6 +71,16 @@ async def group_snapshot(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "joins": _joins(workers, routing),
         "group_rebalances": _group_rebalances(workers),
     }
+
+
+def known_partitions(own: dict[str, Any], routing: dict[str, Any] | None) -> dict[str, int]:
+    """topic -> partitions, as the group's assignment (else this worker) knows them: a peer's
+    claim is believed up to these."""
+    known = {topic: int(j["partitions"]) for j in own["joins"].values() if j.get("partitions") is not None
+             for topic in j["inputs"]}  # fmt: skip
+    for group in (routing or {}).get("groups", []):
+        known.update(dict.fromkeys(group["topics"], int(group["partitions"])))
+    return known
 
 
 async def _routing(app: AppT) -> dict[str, Any] | None:
@@ -82,7 +105,14 @@ async def _routing(app: AppT) -> dict[str, Any] | None:
     }
 
 
-async def _fetch_view(url: str) -> tuple[dict[str, Any] | None, str | None]:
+async def _fetch_view(
+    url: str, known: Mapping[str, int] | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """A peer's checked view, or why there is none: "unreadable: ..." for a view that is too
+    large or of the wrong shape (the page shows it as such), else why it did not answer."""
+    not_a_worker = _not_a_worker_url(url)
+    if not_a_worker:
+        return None, f"{UNREADABLE}: {not_a_worker}"
     target = url.rstrip("/") + "/tandem/"
     try:
         timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
@@ -92,9 +122,47 @@ async def _fetch_view(url: str) -> tuple[dict[str, Any] | None, str | None]:
         ):
             if response.status != 200:
                 return None, f"HTTP {response.status}"
-            return dict(await response.json()), None
+            if (response.content_length or 0) > MAX_VIEW_BYTES:
+                return None, f"{UNREADABLE}: over {MAX_VIEW_BYTES:,} bytes"
+            body = await _read_at_most(response, MAX_VIEW_BYTES)
+        return parse_view(body, known or {}), None
+    except UnreadableView as exc:
+        return None, f"{UNREADABLE}: {exc}"
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         return None, f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
+
+
+async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, or UnreadableView as soon as it passes `limit` bytes (whatever the peer's
+    Content-Length said): a peer cannot make this worker hold more."""
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise UnreadableView(f"over {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _not_a_worker_url(url: str) -> str | None:
+    """Why `url` is not a worker's web server address (None if it is one): only a plain
+    http(s)://host:port is fetched, so a member cannot point the page at a path, a query or
+    credentials of its choosing."""
+    try:
+        parsed = URL(str(url))
+    except ValueError:
+        return "not a URL"
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return "not an http(s) URL"
+    if (
+        parsed.user
+        or parsed.password
+        or parsed.query_string
+        or parsed.fragment
+        or parsed.path not in ("", "/")
+    ):
+        return "not a worker's address (http://host:port)"
+    return None
 
 
 def _norm(url: str) -> str:
@@ -109,6 +177,7 @@ def _joins(workers: list[dict[str, Any]], routing: dict[str, Any] | None) -> dic
 
 
 def _join_grid(name: str, workers: list[dict[str, Any]], routing: dict[str, Any] | None) -> dict[str, Any]:
+    # Each view's count was checked against the group's (peer_view.py), so this is bounded.
     count = max((w["view"]["joins"][name].get("partitions") or 0 for w in _with(workers, name)), default=0)
     by_url = {_norm(w["url"]): w["view"]["worker"] for w in workers if w["view"]}
     owners = _routing_owners(name, workers, routing)
@@ -249,8 +318,9 @@ def _workers_table(workers: list[dict[str, Any]]) -> str:
     for w in workers:
         view = w["view"]
         if view is None:
+            state = UNREADABLE if (w["error"] or "").startswith(UNREADABLE) else "not answering"
             rows.append(
-                f"<tr><td class='warn'>not answering</td><td colspan='3'></td><td>{escape(w['url'])}</td>"
+                f"<tr><td class='warn'>{state}</td><td colspan='3'></td><td>{escape(w['url'])}</td>"
                 f"<td colspan='{len(head) - 5}' class='warn'>{escape(w['error'] or '')}</td></tr>"
             )
             continue
