@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from faust.types import AppT, TableT, TopicT
 
-from assignor.faust_adapter.internals import check as check_internals
+from assignor.internals import check as check_internals
 from tables.operators.windowed import WindowedKind
 from tables.records.codecs import IdSpec, TimestampSpec
 from tables.runtime.results import JoinResults

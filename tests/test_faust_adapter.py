@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import wire
-from assignor.faust_adapter.consumer import TandemConsumer, install_consumer
+from assignor.faust_adapter.group_consumer import TandemConsumer, install_consumer
 from assignor.faust_adapter.partition_assignor import (
     STOCK_KEY,
     RoutingUnavailable,
@@ -443,8 +443,9 @@ def test_the_collector_is_paused_while_the_leader_assigns(monkeypatch: Any) -> N
 def test_tandem_refuses_to_start_on_internals_it_was_not_written_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """Patches of private Faust/aiokafka internals are pinned: another version, or an internal
     that is gone, stops Tandem at install with what is wrong, not later mid-rebalance."""
-    from assignor.faust_adapter.consumer import FaustConsumer
-    from assignor.faust_adapter.internals import PINNED, IncompatibleInternals, check
+    from faust.transport.consumer import Consumer as FaustConsumer
+
+    from assignor.internals import PINNED, IncompatibleInternals, check
 
     check()  # the pinned versions are what is installed
     monkeypatch.setitem(PINNED, "aiokafka", "0.13.0")
@@ -456,17 +457,23 @@ def test_tandem_refuses_to_start_on_internals_it_was_not_written_for(monkeypatch
         check()
 
 
+@pytest.mark.parametrize("joins", [False, True], ids=["assignor alone", "with the join runtime"])
 def test_faust_warning_about_a_revoked_partitions_seek_is_kept_at_debug(
-    caplog: pytest.LogCaptureFixture,
+    joins: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Faust's fetcher warns when it cannot seek a partition a rebalance revoked meanwhile
     (harmless: nothing to seek); Tandem's consumer keeps that at DEBUG, and its other
-    warnings as they are."""
-    app = faust.App(f"seek-{uuid.uuid4().hex[:6]}", broker="kafka://127.0.0.1:1")
+    warnings as they are: the assignor's consumer alone, and the join runtime's built on it."""
+    from tables.kafka.consumer import take_records
+
+    app = faust.App(f"seek-{uuid.uuid4().hex[:6]}", broker="kafka://127.0.0.1:1", producer_threaded=False)
+    if joins:
+        take_records(app, object())  # type: ignore[arg-type]  # no record is fetched here
     install_consumer(app)
     consumer_class = app.transport.Consumer
-    assert consumer_class.logger.name == "assignor.faust_adapter.consumer"  # not "abc"
-    with caplog.at_level(logging.DEBUG, logger="assignor.faust_adapter.consumer"):
+    module = "tables.kafka.consumer" if joins else "assignor.faust_adapter.group_consumer"
+    assert consumer_class.logger.name == module  # not "abc"
+    with caplog.at_level(logging.DEBUG, logger=module):
         consumer_class.logger.warning(
             "[^--Consumer]: exception performing seek when flow not active IllegalStateError: "
             "No current assignment for partition TP(topic='t', partition=0)"

@@ -22,7 +22,7 @@ import aiohttp
 from faust.types import AppT
 from faust.web import Request, Response, View
 
-from assignor.faust_adapter.routing import fetch_routing
+from assignor.faust_adapter import fetch_routing
 from tables.runtime.worker import Runtime
 from tables.web.view import worker_view
 
