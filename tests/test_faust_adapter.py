@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import uuid
@@ -21,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import wire
-from assignor.faust_adapter.group_consumer import TandemConsumer, install_consumer
+from assignor.faust_adapter.group_consumer import TandemConsumer, TandemConsumerThread, install_consumer
 from assignor.faust_adapter.partition_assignor import (
     STOCK_KEY,
     RoutingUnavailable,
@@ -483,3 +484,31 @@ def test_faust_warning_about_a_revoked_partitions_seek_is_kept_at_debug(
     assert ("WARNING", "[^--Consumer]: something else") in levels
     assert not any(level == "WARNING" and "performing seek" in message for level, message in levels)
     assert any(r.levelname == "DEBUG" and "nothing to seek" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("runtime_first", [True, False], ids=["runtime first", "assignor first"])
+def test_the_join_runtimes_consumer_and_the_assignors_install_compose_in_either_order(
+    runtime_first: bool,
+) -> None:
+    """The join runtime installs its own consumer (tables/kafka/consumer.py); the assignor's
+    install keeps it, and gives its thread the group's protocols and fetch tuning."""
+    from tables.kafka.consumer import JoinConsumer, JoinConsumerThread, take_records
+
+    app = make_app(producer_threaded=False)
+    settings = dataclasses.replace(
+        TandemSettings.from_env({}), fetch_max_wait_ms=123, fetch_high_watermarks=True
+    )
+    steps = [lambda: take_records(app, object()), lambda: install(app, settings=settings)]  # type: ignore[arg-type]
+    for step in steps if runtime_first else reversed(steps):
+        step()
+    assert app.transport.Consumer is JoinConsumer
+    thread = app.consumer._thread
+    assert type(thread) is JoinConsumerThread
+    assert (thread.tuning.fetch_max_wait_ms, thread.tuning.fetch_high_watermarks) == (123, True)
+    assert [p.name for p in app.assignor.protocols()] == ["tandem", "faust"]
+
+
+def test_the_assignor_alone_builds_no_join_consumer() -> None:
+    app = make_app()
+    install(app)
+    assert app.transport.Consumer is TandemConsumer and type(app.consumer._thread) is TandemConsumerThread
