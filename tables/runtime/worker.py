@@ -122,9 +122,9 @@ class Runtime:
             await fatal_at_start(self._check_connection)
 
         self.app.on_first_start = on_first_start  # type: ignore[method-assign]
-        take_records(self.app, self)  # the runtime's own consumer: join input taken whole
         add_start_check(self.app, lambda: fatal_at_start(self._before_joining))
-        install(self.app, local_offsets=self.local_offsets)  # the group protocol: placement
+        install(self.app, local_offsets=self.local_offsets)  # the group protocol (checks the internals)
+        take_records(self.app, self)  # the runtime's own consumer: join input taken whole
         guard_table_stores(self.faust_stores.open)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         self.app.on_before_shutdown.connect(self._on_shutdown)
