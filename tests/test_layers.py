@@ -133,8 +133,8 @@ def named_imports(
 
     def walk(node: ast.AST, hidden: bool) -> Iterator[tuple[str, int, bool, bool]]:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.JoinedStr):
-                continue  # an f-string's text is a message, not a module's name
+            if isinstance(node, ast.JoinedStr) and isinstance(child, ast.Constant):
+                continue  # an f-string's text is a message, not a module's name (its {...} are walked)
             inner = hidden or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
             if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
                 inner = True
@@ -372,6 +372,11 @@ PLANTED = {
         "tables/records/alignment.py",
         'WORKER = "tables.runtime.worker"\n',
         ["tables.records.alignment (records) imports tables.runtime.worker (runtime)"],
+    ),
+    "importlib inside an f-string": (
+        "tables/operators/kv.py",
+        "import importlib\n\nNAME = f\"{importlib.import_module('tables.web.view').__name__}\"\n",
+        ["tables.operators.kv (operators) imports tables.web.view (web)"],
     ),
     "records importing operators": (
         "tables/records/codecs.py",
