@@ -44,7 +44,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.cluster import REPO, WorkerProcess, covered, wait_for
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.testing import EmbeddedBroker, high_watermarks, uncommitted
 from tables.testing import create_topics as create_topics_named
 

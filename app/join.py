@@ -19,7 +19,7 @@ from faust.web import Request, Response, View
 
 from app.records import MAX_VALUE_BYTES, Click, Impression, ad_join, check_event
 from app.settings import JOIN_NAME, Settings
-from assignor.faust_adapter.clients import faust_credentials, parse_client_config
+from assignor.clients import faust_credentials, parse_client_config
 from tables import JoinInput, JoinResults, TandemAssignor, join
 
 

@@ -21,7 +21,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from app.settings import Settings
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.kafka.batches import send_records
 from tables.records.partitioners import partition_for
 

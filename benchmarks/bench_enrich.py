@@ -53,7 +53,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.cluster import REPO, WorkerProcess
-from assignor.faust_adapter import clients
+from assignor import clients
 from benchmarks.bench_worker import PARTITIONS, cpu_seconds, create_inputs, peak_rss_kb
 from benchmarks.enrich_app import HISTORY, JOIN
 from benchmarks.quix_env import run_quix

@@ -20,7 +20,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 
-from assignor.faust_adapter.consumer import RawRecords, install_raw_records
+from tables.kafka.consumer import RawRecords, install_raw_records
 
 TOPIC = "impressions"
 

@@ -26,7 +26,7 @@ import orjson
 
 from app.cluster import WorkerProcess
 from app.settings import JOIN_NAME, create_topics, from_env
-from assignor.faust_adapter import clients
+from assignor import clients
 from benchmarks.bench_worker import PARTITIONS, cpu_seconds, peak_rss_kb
 from tables.kafka.batches import send_records
 from tables.records.partitioners import partitions_for

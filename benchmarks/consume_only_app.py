@@ -12,8 +12,8 @@ from faust.types import TP
 
 import app as _reference
 from app.settings import JOIN_NAME
-from assignor.faust_adapter.consumer import InputRecord
 from tables import runtime_of
+from tables.kafka.consumer import InputRecord
 from tables.runtime.task import JoinTask
 
 app = _reference.app

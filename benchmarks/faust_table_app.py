@@ -11,7 +11,7 @@ for ever), late records, unmatched results, dead-letter topics.
 
 Faust's own assignor, and the reference app's Faust settings (app.join.faust_settings).
 Like the Tandem worker on the embedded broker it reads its fetch wait, follower sync
-delay and end offsets the way docs/embedded-broker.md says (assignor/faust_adapter/consumer.py;
+delay and end offsets the way docs/embedded-broker.md says (assignor/faust_adapter/group_consumer.py;
 without the end offsets Faust's table recovery stops with ConsistencyError there).
 It serves the `/tandem/` fields the benchmarks poll, in the Tandem worker's shape
 (`joins: {"ad-join": {...}}`).
@@ -31,9 +31,10 @@ from faust.web import Request, Response, View
 from app.contract import Rejected, Side, result, validate
 from app.join import faust_settings
 from app.settings import JOIN_NAME, from_env
-from assignor.faust_adapter.consumer import committed_offsets, install_consumer
 from assignor.faust_adapter.group import delay_follower_sync
+from assignor.faust_adapter.group_consumer import install_consumer
 from assignor.faust_adapter.settings import TandemSettings
+from tables.kafka.consumer import committed_offsets
 from tables.operators.windowed import JoinWindow
 
 settings = from_env()

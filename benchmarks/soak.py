@@ -34,7 +34,7 @@ from typing import Any
 from app.chaos import backlog, judge_output, read_all
 from app.cluster import WorkerProcess, covered, wait_for
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.testing import EmbeddedBroker
 from tables.web.metrics import directory_bytes
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from faust.types import AppT
 
-from assignor.faust_adapter.clients import bootstrap_of, faust_client_kwargs
+from assignor.clients import bootstrap_of, faust_client_kwargs
 from tables.api import runtime_of
 from tables.records.codecs import SideCodec
 from tables.runtime.intake import side_codec

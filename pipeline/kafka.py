@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from assignor.faust_adapter import clients
+from assignor import clients
 
 FETCH_SETTINGS: dict[str, int] = {
     "max_partition_fetch_bytes": 4 * 1024 * 1024,

@@ -37,7 +37,7 @@ import orjson
 import pyarrow.dataset as ds
 from aiokafka.admin import NewTopic
 
-from assignor.faust_adapter import clients
+from assignor import clients
 from pipeline.apps import AppNotFound, JoinRef, app_bootstrap
 from pipeline.inputs import declared_partitions, read_meta
 from pipeline.kafka import Connection, add_client_config_argument, connection_from, connection_of

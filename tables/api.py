@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from faust.types import AppT, TableT, TopicT
 
-from assignor.faust_adapter import web_defaults
-from assignor.faust_adapter.internals import check as check_internals
+from assignor.faust_adapter import apply_web_defaults
+from assignor.internals import check as check_internals
 from tables.operators.windowed import WindowedKind
 from tables.records.codecs import IdSpec, TimestampSpec
 from tables.runtime.results import JoinResults
@@ -53,7 +53,7 @@ def runtime_of(app: AppT) -> Runtime:
     runtime = _runtimes.get(app)
     if runtime is None:
         check_internals()
-        web_defaults.apply(app)  # before a page is registered: Faust picks its endpoints then
+        apply_web_defaults(app)  # before a page is registered: Faust picks its endpoints then
         runtime = _runtimes[app] = Runtime(app)
         if app.conf.web_enabled:
             register_web(app, runtime)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from assignor.faust_adapter import clients
+from assignor import clients
 from pipeline.spark import session
 
 

@@ -1,4 +1,4 @@
-"""assignor/faust_adapter/clients.py: client properties files and Faust apps as aiokafka arguments.
+"""assignor/clients.py: client properties files and Faust apps as aiokafka arguments.
 
 The format and the checks are tested on text; the resulting arguments are tested by
 connecting with them, through the secured front of the embedded broker
@@ -21,7 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from hypothesis import given
 from hypothesis import strategies as st
 
-from assignor.faust_adapter.clients import (
+from assignor.clients import (
     REDACTED,
     ClientConfig,
     ClientConfigError,

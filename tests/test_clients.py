@@ -1,4 +1,4 @@
-"""Every Kafka client Tandem opens is made by assignor/faust_adapter/clients.py, with the
+"""Every Kafka client Tandem opens is made by assignor/clients.py, with the
 connection settings given to it: an AST walk of the framework, the batch side and the
 reference app finds every call of a Kafka client constructor; only clients.py may make one.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("tables", "assignor", "pipeline", "app", "examples")
-HELPER = ROOT / "assignor" / "faust_adapter" / "clients.py"
+HELPER = ROOT / "assignor" / "clients.py"
 # Every way to open a Kafka connection from Python here: aiokafka's clients and connection,
 # librdkafka's (confluent-kafka) clients.
 CONSTRUCTORS = {
@@ -60,7 +60,7 @@ def test_no_kafka_client_is_made_outside_the_helper() -> None:
         if path != HELPER
         for line, name in constructor_calls(path)
     ]
-    assert not bypassing, "make these with assignor.faust_adapter.clients:\n" + "\n".join(bypassing)
+    assert not bypassing, "make these with assignor.clients:\n" + "\n".join(bypassing)
 
 
 def test_the_helper_is_where_clients_are_made_and_the_walk_sees_them() -> None:

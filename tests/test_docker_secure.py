@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assignor.faust_adapter.clients import (
+from assignor.clients import (
     aiokafka_kwargs,
     client_config,
     parse_client_config,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.testing import LocalCluster, wait_for
 from tests.workers import _read
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import uuid
@@ -21,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import wire
-from assignor.faust_adapter.consumer import TandemConsumer, install_consumer
+from assignor.faust_adapter.group_consumer import TandemConsumer, TandemConsumerThread, install_consumer
 from assignor.faust_adapter.partition_assignor import (
     STOCK_KEY,
     RoutingUnavailable,
@@ -443,8 +444,9 @@ def test_the_collector_is_paused_while_the_leader_assigns(monkeypatch: Any) -> N
 def test_tandem_refuses_to_start_on_internals_it_was_not_written_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """Patches of private Faust/aiokafka internals are pinned: another version, or an internal
     that is gone, stops Tandem at install with what is wrong, not later mid-rebalance."""
-    from assignor.faust_adapter.consumer import FaustConsumer
-    from assignor.faust_adapter.internals import PINNED, IncompatibleInternals, check
+    from faust.transport.consumer import Consumer as FaustConsumer
+
+    from assignor.internals import PINNED, IncompatibleInternals, check
 
     check()  # the pinned versions are what is installed
     monkeypatch.setitem(PINNED, "aiokafka", "0.13.0")
@@ -456,17 +458,23 @@ def test_tandem_refuses_to_start_on_internals_it_was_not_written_for(monkeypatch
         check()
 
 
+@pytest.mark.parametrize("joins", [False, True], ids=["assignor alone", "with the join runtime"])
 def test_faust_warning_about_a_revoked_partitions_seek_is_kept_at_debug(
-    caplog: pytest.LogCaptureFixture,
+    joins: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Faust's fetcher warns when it cannot seek a partition a rebalance revoked meanwhile
     (harmless: nothing to seek); Tandem's consumer keeps that at DEBUG, and its other
-    warnings as they are."""
-    app = faust.App(f"seek-{uuid.uuid4().hex[:6]}", broker="kafka://127.0.0.1:1")
+    warnings as they are: the assignor's consumer alone, and the join runtime's built on it."""
+    from tables.kafka.consumer import take_records
+
+    app = faust.App(f"seek-{uuid.uuid4().hex[:6]}", broker="kafka://127.0.0.1:1", producer_threaded=False)
+    if joins:
+        take_records(app, object())  # type: ignore[arg-type]  # no record is fetched here
     install_consumer(app)
     consumer_class = app.transport.Consumer
-    assert consumer_class.logger.name == "assignor.faust_adapter.consumer"  # not "abc"
-    with caplog.at_level(logging.DEBUG, logger="assignor.faust_adapter.consumer"):
+    module = "tables.kafka.consumer" if joins else "assignor.faust_adapter.group_consumer"
+    assert consumer_class.logger.name == module  # not "abc"
+    with caplog.at_level(logging.DEBUG, logger=module):
         consumer_class.logger.warning(
             "[^--Consumer]: exception performing seek when flow not active IllegalStateError: "
             "No current assignment for partition TP(topic='t', partition=0)"
@@ -476,3 +484,31 @@ def test_faust_warning_about_a_revoked_partitions_seek_is_kept_at_debug(
     assert ("WARNING", "[^--Consumer]: something else") in levels
     assert not any(level == "WARNING" and "performing seek" in message for level, message in levels)
     assert any(r.levelname == "DEBUG" and "nothing to seek" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("runtime_first", [True, False], ids=["runtime first", "assignor first"])
+def test_the_join_runtimes_consumer_and_the_assignors_install_compose_in_either_order(
+    runtime_first: bool,
+) -> None:
+    """The join runtime installs its own consumer (tables/kafka/consumer.py); the assignor's
+    install keeps it, and gives its thread the group's protocols and fetch tuning."""
+    from tables.kafka.consumer import JoinConsumer, JoinConsumerThread, take_records
+
+    app = make_app(producer_threaded=False)
+    settings = dataclasses.replace(
+        TandemSettings.from_env({}), fetch_max_wait_ms=123, fetch_high_watermarks=True
+    )
+    steps = [lambda: take_records(app, object()), lambda: install(app, settings=settings)]  # type: ignore[arg-type]
+    for step in steps if runtime_first else reversed(steps):
+        step()
+    assert app.transport.Consumer is JoinConsumer
+    thread = app.consumer._thread
+    assert type(thread) is JoinConsumerThread
+    assert (thread.tuning.fetch_max_wait_ms, thread.tuning.fetch_high_watermarks) == (123, True)
+    assert [p.name for p in app.assignor.protocols()] == ["tandem", "faust"]
+
+
+def test_the_assignor_alone_builds_no_join_consumer() -> None:
+    app = make_app()
+    install(app)
+    assert app.transport.Consumer is TandemConsumer and type(app.consumer._thread) is TandemConsumerThread

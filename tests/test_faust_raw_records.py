@@ -12,8 +12,8 @@ import pytest
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.consumer.fetcher import PartitionRecords
 
-from assignor.faust_adapter.consumer import RawRecords, install_raw_records, raw_record_problems
-from assignor.faust_adapter.internals import IncompatibleInternals, check
+from assignor.internals import IncompatibleInternals, check
+from tables.kafka.consumer import RawRecords, install_raw_records, raw_record_problems
 from tables.kafka.topics import create_topics
 from tables.testing import read_records
 

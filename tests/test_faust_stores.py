@@ -16,7 +16,7 @@ import pytest
 from faust.stores.rocksdb import RocksDBOptions
 from faust.stores.rocksdb import Store as FaustRocksDBStore
 
-from assignor.faust_adapter.faust_tables import TableStore
+from tables.kafka.table_stores import TableStore
 from tables.state.faust_stores import FaustStoreGuard
 from tables.state.store import CHANGELOG_ID_FILE, DAMAGED_DIR, read_changelog_id
 

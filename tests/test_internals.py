@@ -1,5 +1,5 @@
 """Every private Faust and aiokafka name Tandem reads or patches is declared, next to its use,
-to assignor/faust_adapter/internals.py, and a missing one refuses the start, naming it."""
+to assignor/internals.py, and a missing one refuses the start, naming it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import tables  # noqa: F401 - imports every layer, so every module has declared its names
 import tables.web  # noqa: F401
-from assignor.faust_adapter import internals
+from assignor import internals
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,10 +22,12 @@ def test_the_installed_versions_have_every_declared_name() -> None:
     users = {internal.user for internal in internals.required()}
     # The patch modules of both layers declare what they use.
     for module in (
-        "assignor.faust_adapter.consumer",
+        "assignor.faust_adapter.group_consumer",
         "assignor.faust_adapter.group",
         "assignor.faust_adapter.faust_tables",
         "assignor.faust_adapter.partition_assignor",
+        "tables.kafka.consumer",
+        "tables.kafka.table_stores",
         "tables.kafka.batches",
         "tables.kafka.handler_sends",
     ):
@@ -74,4 +76,4 @@ def test_a_worker_refuses_to_start_naming_the_missing_internal(tmp_path: Path) -
     )
     assert done.returncode != 0
     assert "IncompatibleInternals" in done.stderr
-    assert "Consumer._new_offset is missing (used by assignor.faust_adapter.consumer)" in done.stderr
+    assert "Consumer._new_offset is missing (used by tables.kafka.consumer)" in done.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.testing import EmbeddedBroker, WorkerProcess, embedded_env, wait_for
 from tests.workers import _read
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.testing import JoinTestDriver, LocalCluster, uncommitted
 from tables.testing.workers import wait_for
 from tests.apps import rereads

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from app.cluster import wait_for
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.testing import EmbeddedBroker
 from tables.testing.secure import SecuredBroker
 from tests.workers import cluster

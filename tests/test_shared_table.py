@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.testing import LocalCluster
 from tests.workers import _read
 

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from assignor.faust_adapter.internals import check
+from assignor.internals import check
 from tables.kafka.batches import batch_problems, create_batch, fill_batch, send_records, start_sending
 from tables.kafka.topics import create_topics
 from tables.settings import SEND_BATCH_BYTES

@@ -16,8 +16,8 @@ from faust.types import TP
 
 from app.join import build
 from app.settings import JOIN_NAME, from_env
-from assignor.faust_adapter import consumer as faust_consumer
 from tables import runtime_of
+from tables.kafka import consumer as faust_consumer
 from tables.operators.windowed import Match
 from tables.records.partitioners import partition_for
 from tables.runtime.results import Feed, JoinResults

@@ -181,7 +181,7 @@ def test_the_mask_hides_remembered_secrets_and_secret_assignments() -> None:
 
     from aiokafka.protocol.admin import SaslAuthenticateRequest_v1
 
-    from assignor.faust_adapter import log_masking
+    from assignor import log_masking
 
     log_masking.install()
     log_masking.remember("pässw0rd-for-the-mask")

@@ -18,7 +18,7 @@ from typing import Any
 from app.cluster import WorkerProcess, covered, wait_for
 from app.settings import Settings, create_topics, from_env
 from app.traffic import Traffic, run_traffic
-from assignor.faust_adapter import clients
+from assignor import clients
 from tables.testing import EmbeddedBroker, high_watermarks
 
 PARTITIONS = 6

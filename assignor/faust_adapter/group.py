@@ -20,7 +20,7 @@ from aiokafka.protocol.group import JoinGroupRequest
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.types import AppT
 
-from assignor.faust_adapter import internals
+from assignor import internals
 
 log = logging.getLogger(__name__)
 

@@ -38,14 +38,13 @@ from faust.tables.manager import TableManager
 from faust.types import TP, AppT
 from yarl import URL
 
-from assignor import PlanStats, plan_with_stats, wire
+from assignor import PlanStats, internals, log_masking, plan_with_stats, wire
+from assignor.clients import app_settings
 from assignor.core.plan import collector_paused
-from assignor.faust_adapter import internals, log_masking, web_defaults
-from assignor.faust_adapter.clients import app_settings
-from assignor.faust_adapter.consumer import add_start_check, install_consumer
+from assignor.faust_adapter import web_defaults
 from assignor.faust_adapter.faust_tables import faust_table_offsets
 from assignor.faust_adapter.group import delay_follower_sync, install_group_join, request_rejoin
-from assignor.faust_adapter.internals import check
+from assignor.faust_adapter.group_consumer import add_start_check, install_consumer
 from assignor.faust_adapter.probes import broker_partition_counts, end_offsets
 from assignor.faust_adapter.routing import RoutingUnavailable, prefetch, register_view
 from assignor.faust_adapter.settings import TandemSettings
@@ -62,6 +61,7 @@ from assignor.group_scenario import (
     verify_copartitioned,
     with_global_tables,
 )
+from assignor.internals import check
 
 log = logging.getLogger(__name__)
 

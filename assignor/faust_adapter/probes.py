@@ -14,8 +14,8 @@ import logging
 import aiokafka
 from faust.types import TP
 
-from assignor.faust_adapter import clients, internals
-from assignor.faust_adapter.clients import Settings
+from assignor import clients, internals
+from assignor.clients import Settings
 
 log = logging.getLogger(__name__)
 

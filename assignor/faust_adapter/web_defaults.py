@@ -30,8 +30,8 @@ from faust import App
 from faust.types import AppT
 from yarl import URL
 
-from assignor.faust_adapter import internals
-from assignor.faust_adapter.consumer import add_start_check
+from assignor import internals
+from assignor.faust_adapter.group_consumer import add_start_check
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ letters and its changelog).
   producer's batches are sized for records trickling in under linger).
 
 The private aiokafka names these use are declared to Tandem's check
-(assignor/faust_adapter/internals.py), with a probe that fills a batch both ways.
+(assignor/internals.py), with a probe that fills a batch both ways.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.producer.message_accumulator import BatchBuilder
 from faust.types import AppT
 
-from assignor.faust_adapter import internals
+from assignor import internals
 from tables.settings import SEND_BATCH_BYTES
 
 RecordHeaders = Sequence[tuple[str, bytes | None]]

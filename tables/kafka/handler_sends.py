@@ -26,7 +26,7 @@ from faust.transport.producer import Producer as FaustProducer
 from faust.types import TP, AppT
 from faust.types.tuples import FutureMessage, Message, PendingMessage
 
-from assignor.faust_adapter import internals
+from assignor import internals
 from tables.kafka.batches import Triple
 
 # The list a join handler's task collects its Faust sends into (None: any other task).

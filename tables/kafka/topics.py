@@ -22,8 +22,8 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 
-from assignor.faust_adapter import clients
-from assignor.faust_adapter.clients import Settings
+from assignor import clients
+from assignor.clients import Settings
 
 TOPIC_ALREADY_EXISTS = 36
 DENIED = {29: "TOPIC_AUTHORIZATION_FAILED", 31: "CLUSTER_AUTHORIZATION_FAILED"}

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from faust.types import TP, AppT
 
-from assignor.faust_adapter.consumer import InputRecord, committed_offsets
+from tables.kafka.consumer import InputRecord, committed_offsets
 from tables.operators.base import Event, Side
 from tables.records.alignment import Aligner
 from tables.records.codecs import DROPPED, Rejected, SideCodec, key_check, value_form

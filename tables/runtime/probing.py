@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from faust.types import TP, AppT
 
-from assignor.faust_adapter.faust_tables import faust_standby_lag
+from assignor.faust_adapter import faust_standby_lag
 from tables.runtime.task import JoinTask
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,8 @@ from typing import Any
 
 from faust.types import AppT
 
-from assignor.faust_adapter.clients import Settings, bootstrap_of
-from assignor.faust_adapter.probes import broker_partition_counts
-from assignor.group_scenario import CopartitionError
+from assignor.clients import Settings, bootstrap_of
+from assignor.faust_adapter import CopartitionError, broker_partition_counts
 from tables.kafka.topics import Topic, TopicsDenied, changelog_configs, create_topics, topic_configs
 from tables.spec import JoinSpec
 

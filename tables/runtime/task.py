@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from faust.types import TP, AppT
 
-from assignor.faust_adapter.consumer import InputRecord
 from tables.kafka.batches import producer_of
+from tables.kafka.consumer import InputRecord
 from tables.operators.base import Event, Match, Operator, counters_of
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler

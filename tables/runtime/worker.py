@@ -1,7 +1,7 @@
 """Every join of one app on this worker (Kafka Streams' StreamThread and TaskManager): the
 consumer's record taker, start-up checks, rebalance hooks, and local state offsets.
 
-Tandem's consumer (assignor/faust_adapter/consumer.py) hands `Runtime` the records of every
+The join runtime's consumer (tables/kafka/consumer.py) hands `Runtime` the records of every
 join input in whole fetches (no Faust Event or Stream per record); the runtime gives each
 join's `JoinTask` (tables/runtime/task.py) its own. Before the worker joins its group, it
 checks the data dir, the joins' topics (tables/runtime/startup.py) and Faust's internals;
@@ -20,21 +20,14 @@ from typing import Any
 
 from faust.types import TP, AppT
 
-from assignor.faust_adapter.clients import ConnectionFailed, app_settings, check_connection
-from assignor.faust_adapter.consumer import (
-    InputRecord,
-    add_start_check,
-    committed_offsets,
-    seek,
-    set_record_taker,
-)
-from assignor.faust_adapter.faust_tables import guard_table_stores
-from assignor.faust_adapter.internals import IncompatibleInternals
-from assignor.faust_adapter.partition_assignor import declare_join, install
-from assignor.group_scenario import CopartitionError
+from assignor.clients import ConnectionFailed, app_settings, check_connection
+from assignor.faust_adapter import CopartitionError, add_start_check, declare_join, install
+from assignor.internals import IncompatibleInternals
 from tables.compiled import PARTS
 from tables.kafka.batches import producer_of, producer_problems
+from tables.kafka.consumer import InputRecord, committed_offsets, seek, take_records
 from tables.kafka.handler_sends import collect_handler_sends
+from tables.kafka.table_stores import guard_table_stores
 from tables.kafka.topics import topic_ids
 from tables.records.codecs import CHECK
 from tables.runtime.gcpacing import raise_gc_threshold
@@ -130,9 +123,9 @@ class Runtime:
 
         self.app.on_first_start = on_first_start  # type: ignore[method-assign]
         add_start_check(self.app, lambda: fatal_at_start(self._before_joining))
-        install(self.app, local_offsets=self.local_offsets)
+        install(self.app, local_offsets=self.local_offsets)  # the group protocol (checks the internals)
+        take_records(self.app, self)  # the runtime's own consumer: join input taken whole
         guard_table_stores(self.faust_stores.open)
-        set_record_taker(self.app, self)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         self.app.on_before_shutdown.connect(self._on_shutdown)
         self._installed = True

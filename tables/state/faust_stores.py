@@ -5,7 +5,7 @@ Their files are a cache of the table's changelog too, so a store that cannot be 
 set aside and Faust rebuilds it, instead of crashing the worker at every start:
 
     guard = FaustStoreGuard()
-    guard_table_stores(guard.open)     # assignor/faust_adapter/faust_tables.py: Faust's opens
+    guard_table_stores(guard.open)     # tables/kafka/table_stores.py: Faust's opens
     guard.record_ids({changelog: topic id})   # what each changelog is (tables/kafka/topics.py)
 
 At each open of a table partition's store, `FaustStoreGuard.open`:
@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from assignor.faust_adapter.faust_tables import OpenDatabase, TableStore
+from tables.kafka.table_stores import OpenDatabase, TableStore
 from tables.state.store import (
     DAMAGED_DIR,
     KEEP_DAMAGED,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from assignor.faust_adapter.clients import Settings, settings_of
+from assignor.clients import Settings, settings_of
 from tables.operators.base import JoinKind
 from tables.settings import SEND_BATCH_BYTES
 from tables.state.partition import Role, StatePartition

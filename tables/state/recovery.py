@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from assignor.faust_adapter import clients
-from assignor.faust_adapter.clients import Settings
+from assignor import clients
+from assignor.clients import Settings
 from tables.kafka.topics import topic_ids
 from tables.state.partition import POSITION, StatePartition
 from tables.state.store import read_changelog_id, write_changelog_id

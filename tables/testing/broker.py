@@ -20,8 +20,8 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
 
-from assignor.faust_adapter import clients
-from assignor.faust_adapter.clients import Settings
+from assignor import clients
+from assignor.clients import Settings
 
 
 class BrokerError(RuntimeError):

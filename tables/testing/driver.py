@@ -44,7 +44,7 @@ from faust.types import TP, AppT, TopicT
 from faust.types.tuples import FutureMessage
 from yarl import URL
 
-from assignor.faust_adapter import internals
+from assignor import internals
 from tables.api import runtime_of
 from tables.kafka.handler_sends import collect_handler_sends
 from tables.operators.base import Event, Match, Side, counters_of

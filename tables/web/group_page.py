@@ -28,7 +28,7 @@ from faust.types import AppT
 from faust.web import Request, Response, View
 from yarl import URL
 
-from assignor.faust_adapter.routing import fetch_routing
+from assignor.faust_adapter import fetch_routing
 from tables.runtime.worker import Runtime
 from tables.web.peer_view import MAX_VIEW_BYTES, UnreadableView, parse_view
 from tables.web.view import worker_view

@@ -10,7 +10,7 @@ from typing import Any
 from faust.types import AppT
 from faust.web import Request, Response, View
 
-from assignor.faust_adapter.consumer import kafka_consumer, member_id
+from tables.kafka.consumer import kafka_consumer, member_id
 from tables.runtime.looplag import running_tasks
 from tables.runtime.task import JoinTask
 from tables.runtime.worker import Runtime

@@ -10,7 +10,7 @@ creation) must get through the broker's TLS and SASL. How it connects is SECURED
 - `sasl`: `broker_credentials=faust.SASLCredentials(username, password, mechanism, ssl_context)`
   (SASL_SSL with SECURED_CA set, SASL_PLAINTEXT without);
 - `client_config`: a librdkafka/Java properties file, SECURED_CLIENT_CONFIG, through
-  `assignor.faust_adapter.clients.faust_credentials`.
+  `assignor.clients.faust_credentials`.
 
 SECURED_BROKER, SECURED_APP_ID, SECURED_TOPIC, SECURED_WEB_PORT, SECURED_CA (the test CA),
 SECURED_MECHANISM, SECURED_USERNAME, SECURED_PASSWORD.
@@ -48,7 +48,7 @@ def _connection() -> dict[str, Any]:
         )
         return {"broker_credentials": credentials}
     if MODE == "client_config":
-        from assignor.faust_adapter.clients import faust_credentials, parse_client_config
+        from assignor.clients import faust_credentials, parse_client_config
 
         config = parse_client_config(Path(os.environ["SECURED_CLIENT_CONFIG"]).read_text())
         return {"broker_credentials": faust_credentials(config)}

@@ -49,7 +49,7 @@ from aiokafka.errors import (
 from aiokafka.protocol.metadata import MetadataRequest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth, server_list
 
-from assignor.faust_adapter import log_masking
+from assignor import log_masking
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")

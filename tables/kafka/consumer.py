@@ -1,25 +1,24 @@
-"""Faust's aiokafka consumer, as Tandem runs it: `TandemConsumer` (installed per app by
-`install_consumer`) and its consumer thread.
+"""Faust's consumer, as the join runtime runs it: `JoinConsumer` (installed per app by
+`take_records`) and its consumer thread, built on the assignor's `TandemConsumer`
+(assignor/faust_adapter/group_consumer.py: the group protocols, the fetch wait, start checks).
 
-- It offers the assignor's protocols in preference order (Faust offers one), sets the fetch
-  wait (Faust hard-codes 1500 ms), and can read end offsets for Faust's table recovery from
-  fetch responses (the embedded broker's ListOffsets is short).
-- It runs start-up checks (`add_start_check`: the joins' topics) before joining the group.
 - It hands the records of join inputs to a `RecordTaker` (the join runtime,
   tables/runtime/worker.py) in whole fetches, instead of building a Faust Event and a Stream
   step per record, leaves them as aiokafka's fetcher reads them (`RawRecords`, no
   `ConsumerRecord` copy), commits their offsets as the taker says (only what was joined and
   acknowledged), and lets the taker finish its in-flight work before a revocation commits.
+- It seeks an input partition on the consumer's own thread (`seek`), and tells the runtime
+  what Faust committed (`committed_offsets`) and who this member is (`member_id`).
 
-Every private name used here is declared to `internals.require` below, and checked at start.
+A record's path from fetch to commit stays in tables/. Every private name used here is
+declared to `internals.require` below, and checked at start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import aiokafka
@@ -31,11 +30,8 @@ from faust.transport.consumer import Consumer as FaustConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer
 from faust.types import TP, AppT
 
-from assignor.faust_adapter import internals
-from assignor.faust_adapter.clients import app_settings
-from assignor.faust_adapter.probes import fetched_high_watermarks
-
-log = logging.getLogger(__name__)
+from assignor import internals
+from assignor.faust_adapter import TandemConsumer, TandemConsumerThread
 
 SEEK_TIMEOUT_S = 10.0  # the consumer thread stopping while the call waits: give up (bounded)
 
@@ -107,36 +103,13 @@ class RecordTaker(Protocol):
 
 
 _takers: weakref.WeakKeyDictionary[Any, RecordTaker] = weakref.WeakKeyDictionary()
-_start_checks: weakref.WeakKeyDictionary[Any, list[StartCheck]] = weakref.WeakKeyDictionary()
-StartCheck = Callable[[], Awaitable[None]]
 
 
-def set_record_taker(app: AppT, taker: RecordTaker) -> None:
-    _takers[app] = taker
-
-
-def add_start_check(app: AppT, check_: StartCheck) -> None:
-    """Run `check_()` before the worker joins its group; it raises to stop it."""
-    _start_checks.setdefault(app, []).append(check_)
-
-
-class TandemConsumerThread(AIOKafkaConsumerThread):
-    fetch_max_wait_ms: int | None = None
-    fetch_high_watermarks = False  # the broker's ListOffsets is short (the embedded one)
-
-    async def on_start(self) -> None:
-        for start_check in _start_checks.get(self.app, []):
-            await start_check()
-        await super().on_start()
+class JoinConsumerThread(TandemConsumerThread):
+    """The assignor's consumer thread, with the join inputs' records left as fetched."""
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
-        protocols = getattr(self.app.assignor, "protocols", None)
-        if protocols is not None:
-            # aiokafka reads this list when it creates its group coordinator, in start().
-            consumer._partition_assignment_strategy = tuple(protocols())
-        if self.fetch_max_wait_ms is not None:
-            consumer._fetch_max_wait_ms = self.fetch_max_wait_ms  # read by the fetcher in start()
         if consumer._key_deserializer is None:  # handed to the fetcher in start()
             consumer._key_deserializer = RawRecords(self._taken_topic)
         return consumer
@@ -144,13 +117,6 @@ class TandemConsumerThread(AIOKafkaConsumerThread):
     def _taken_topic(self, topic: str) -> bool:
         taker = _takers.get(self.app)
         return taker is not None and taker.takes(topic)
-
-    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
-        """End offsets for Faust's table recovery: from fetch responses, where the broker's
-        ListOffsets answers short (Faust then stops with ConsistencyError)."""
-        if not self.fetch_high_watermarks:
-            return await super()._highwaters(partitions)  # type: ignore[no-any-return]
-        return await fetched_high_watermarks(app_settings(self.app, "probe"), list(partitions))
 
 
 class RawRecords:
@@ -230,20 +196,13 @@ def _read_partition(tp: TP, data: bytes | bytearray, keys: RawRecords) -> list[A
     return list(records)
 
 
-class TandemConsumer(Consumer):
-    """Faust's consumer with the join runtime's records taken out of its fetches."""
+class JoinConsumer(TandemConsumer):
+    """The assignor's consumer with the join runtime's records taken out of its fetches."""
 
     # While a partition is held back, fetch waits are kept short, so it is fetched soon
     # after it is released (a fetch otherwise waits up to a second for other partitions).
     HELD_BACK_FETCH_S = 0.05
-    fetch_max_wait_ms: int | None = None
-    fetch_high_watermarks = False
-
-    def _new_consumer_thread(self) -> TandemConsumerThread:
-        thread = TandemConsumerThread(self, loop=self.loop, beacon=self.beacon)
-        thread.fetch_max_wait_ms = self.fetch_max_wait_ms
-        thread.fetch_high_watermarks = self.fetch_high_watermarks
-        return thread
+    consumer_thread = JoinConsumerThread
 
     @property
     def _taker(self) -> RecordTaker | None:
@@ -300,50 +259,19 @@ class TandemConsumer(Consumer):
         await super().wait_empty()
 
 
-def install_consumer(
-    app: AppT, fetch_max_wait_ms: int | None = None, fetch_high_watermarks: bool = False
-) -> None:
-    """Make `app` build its consumer as a TandemConsumer (this app's transport only)."""
+def take_records(app: AppT, taker: RecordTaker) -> None:
+    """Make `app` build its consumer as a JoinConsumer (this app's transport only), which
+    hands the records of `taker`'s topics to it. The assignor's `install` keeps this class
+    (a TandemConsumer), whether it comes before or after."""
     transport = app.transport
     if not issubclass(transport.Consumer, Consumer):
         raise ImproperlyConfigured(f"Tandem needs Faust's aiokafka transport, not {type(transport).__name__}")
     if app.conf.producer_threaded:
         raise ImproperlyConfigured("Tandem needs producer_threaded=False (it produces on the app's loop)")
     install_raw_records()
-    quiet_revoked_seeks()
-    base = transport.Consumer if issubclass(transport.Consumer, TandemConsumer) else TandemConsumer
-    settings = {
-        "fetch_max_wait_ms": fetch_max_wait_ms,
-        "fetch_high_watermarks": fetch_high_watermarks,
-        "__module__": __name__,  # its logger: this module's (a class made by type() would log as "abc")
-    }
-    transport.Consumer = type("TandemConsumer", (base,), settings)
-
-
-class _RevokedSeek(logging.Filter):
-    """Faust's fetcher, given records while a rebalance stopped the flow, seeks every
-    partition it held back to its committed offset, and warns when one was revoked in the
-    meantime ("exception performing seek when flow not active ... No current assignment for
-    partition"). A revoked partition needs no seek (its next owner reads it from the
-    committed offset, and Tandem sets its own inputs back itself): the line is kept at DEBUG."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "exception performing seek when flow not active" in message and "No current assignment" in message:
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            record.msg, record.args = f"{message} (a partition revoked by the rebalance: nothing to seek)", ()
-            return log.isEnabledFor(logging.DEBUG)
-        return True
-
-
-_REVOKED_SEEK = _RevokedSeek()
-
-
-def quiet_revoked_seeks() -> None:
-    """Idempotent: Faust's warning about a revoked partition's seek is kept at DEBUG (Faust's
-    consumer logs through the logger of its class's module: the TandemConsumer's is this one)."""
-    if _REVOKED_SEEK not in log.filters:
-        log.addFilter(_REVOKED_SEEK)
+    _takers[app] = taker
+    if not issubclass(transport.Consumer, JoinConsumer):
+        transport.Consumer = JoinConsumer
 
 
 def committed_offsets(app: AppT) -> Mapping[TP, int | None]:
@@ -370,21 +298,13 @@ def member_id(app: AppT) -> str | None:
 internals.require(
     __name__, FaustConsumer, "_wait_next_records", "_new_offset", "_filter_tps_with_pending_acks"
 )
-internals.require(__name__, FaustConsumer, "wait_empty", "should_stop", "highwater")
+internals.require(__name__, FaustConsumer, "wait_empty", "should_stop")
 internals.require(__name__, FaustConsumer, "_committed_offset", "_read_offset", instance=True)
 internals.require(__name__, Consumer, "_thread", instance=True)
-internals.require(__name__, Consumer, "_getmany", "_new_consumer_thread")
-internals.require(__name__, AIOKafkaConsumerThread, "_create_worker_consumer", "_highwaters", "call_thread")
-internals.require(__name__, AIOKafkaConsumerThread, "seek", "_ensure_consumer", "on_start")
+internals.require(__name__, Consumer, "_getmany")
 internals.require(
-    __name__,
-    aiokafka.AIOKafkaConsumer,
-    "_partition_assignment_strategy",
-    "_fetch_max_wait_ms",
-    "_key_deserializer",
-    "_coordinator",
-    "_client",
-    instance=True,
+    __name__, AIOKafkaConsumerThread, "_create_worker_consumer", "call_thread", "seek", "_ensure_consumer"
 )
+internals.require(__name__, aiokafka.AIOKafkaConsumer, "_key_deserializer", "_coordinator", instance=True)
 internals.require(__name__, PartitionRecords, "_consumer_record")
 internals.require_probe(__name__, raw_record_problems)
