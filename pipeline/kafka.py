@@ -94,7 +94,7 @@ class Span:
 
 def _consumer(target: str | Connection) -> AIOKafkaConsumer:
     settings = connection_of(target).settings()
-    return clients.consumer(  # type: ignore[no-any-return]
+    return clients.consumer(
         settings, enable_auto_commit=False, auto_offset_reset="earliest", **FETCH_SETTINGS
     )
 

@@ -30,8 +30,12 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "dev": Command("tables.dev", "run your app locally: the embedded broker and N workers of it"),
     "plan": Command("assignor.cli", "plan an assignment for a scenario (JSON)", ("plan",)),
-    "what-if": Command("assignor.cli", "what a change would do to a live group (changes nothing)", ("what-if",)),
-    "pipeline": Command("pipeline.__main__", "the batch side on Spark: join, reconcile, export, produce, ..."),
+    "what-if": Command(
+        "assignor.cli", "what a change would do to a live group (changes nothing)", ("what-if",)
+    ),
+    "pipeline": Command(
+        "pipeline.__main__", "the batch side on Spark: join, reconcile, export, produce, ..."
+    ),
 }
 
 

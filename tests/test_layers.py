@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("planner", ("assignor.wire", "assignor")),  # `assignor` itself: the package's __init__
     ("faust adapter", ("assignor.faust_adapter",)),
     ("assignor tools", ("assignor.cli", "assignor.whatif", "assignor.comparisons", "assignor.__main__")),
-    ("base", ("tables.settings", "tables.compiled")),
+    ("base", ("tables.settings", "tables.compiled", "tables._version")),
     ("operators", ("tables.operators", "tables.records")),
     ("declaration", ("tables.spec",)),
     ("kafka", ("tables.kafka",)),
@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("web", ("tables.web",)),
     ("api", ("tables.api", "tables")),  # `tables` itself: the public names
     ("test kit", ("tables.testing", "tables.dev")),
+    ("command line", ("tables.cli",)),  # `tandem`: runs the commands of every layer (and pipeline/)
 ]
 # Pure layers: no I/O library may be imported there.
 PURE = {"planner core", "operators", "declaration", "base"}

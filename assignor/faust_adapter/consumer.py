@@ -149,7 +149,7 @@ class TandemConsumerThread(AIOKafkaConsumerThread):
         """End offsets for Faust's table recovery: from fetch responses, where the broker's
         ListOffsets answers short (Faust then stops with ConsistencyError)."""
         if not self.fetch_high_watermarks:
-            return await super()._highwaters(partitions)  # type: ignore[no-any-return]
+            return await super()._highwaters(partitions)
         return await fetched_high_watermarks(app_settings(self.app, "probe"), list(partitions))
 
 
@@ -186,7 +186,7 @@ def _as_fetched(tp: Any, record: Any) -> Any:
 def install_raw_records() -> None:
     """Idempotent: partitions fetched by a consumer with `RawRecords` keep their records
     as fetched when the join runtime takes their topic (other consumers: unchanged)."""
-    PartitionRecords.__init__ = _partition_records  # type: ignore[method-assign]
+    PartitionRecords.__init__ = _partition_records
 
 
 # A probe batch for raw_record_problems: three records, headers and nulls included.
@@ -283,7 +283,7 @@ class TandemConsumer(Consumer):
         taker = self._taker
         if taker is not None and taker.takes(tp.topic):
             return taker.commit_offset(tp)
-        return super()._new_offset(tp)  # type: ignore[no-any-return]
+        return super()._new_offset(tp)
 
     def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterable[TP]:
         yield from super()._filter_tps_with_pending_acks(topics)
@@ -355,7 +355,7 @@ def kafka_consumer(app: AppT) -> aiokafka.AIOKafkaConsumer | None:
     """The aiokafka consumer inside Faust's consumer thread (None before it started)."""
     thread = getattr(app.consumer, "_thread", None)
     try:
-        return thread._ensure_consumer() if thread is not None else None  # type: ignore[no-any-return]
+        return thread._ensure_consumer() if thread is not None else None
     except Exception:  # not started yet
         return None
 

@@ -93,14 +93,14 @@ class Sequencer:
             st_before[i] = now
             if identity in held:
                 status[i] = "duplicate"
-            elif now is not None and when + close[side] < now:  # type: ignore[operator]
+            elif now is not None and when + close[side] < now:
                 status[i] = "late"
             else:
-                held[identity] = when  # type: ignore[assignment]
-                heapq.heappush(due, (when + retention, identity))  # type: ignore[operator]
-                if now is None or when > now:  # type: ignore[operator]
+                held[identity] = when
+                heapq.heappush(due, (when + retention, identity))
+                if now is None or when > now:
                     self.stream_time = now = when
-                    while due and due[0][0] < now:  # type: ignore[operator]
+                    while due and due[0][0] < now:
                         expiry, gone = heapq.heappop(due)
                         if held.get(gone, expiry) + retention == expiry:  # not held again since
                             held.pop(gone, None)

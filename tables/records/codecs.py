@@ -331,7 +331,7 @@ def _compile_check(fields: list[_Field]) -> Callable[[dict[str, Any]], bool]:
     lines.append("    return True")
     scope: dict[str, Any] = {}
     exec("\n".join(lines), scope)  # noqa: S102 - code built from field names and fixed tests
-    return scope["well_formed"]  # type: ignore[no-any-return]
+    return scope["well_formed"]
 
 
 def _compile_build(
@@ -362,7 +362,7 @@ def _compile_build(
     lines += ["    r = new(M)", "    r.__dict__ = {" + ", ".join(parts) + "}", "    return r"]
     source = "\n".join(lines)
     exec(source, scope)  # noqa: S102 - code built from field names
-    return scope["make"]  # type: ignore[no-any-return]
+    return scope["make"]
 
 
 class FaustForm(ValueForm):
@@ -593,7 +593,7 @@ class SideCodec:
         self.python_reason: str | None = reason
         if reason is not None:
             return None
-        return fast.accept(  # type: ignore[no-any-return, union-attr]
+        return fast.accept(  # type: ignore[union-attr]
             python_accept,
             orjson.loads,
             key_kind,

@@ -68,7 +68,7 @@ class Misplaced(NamedTuple):
 def parse_partitioner(value: object) -> Partitioner:
     """`value` as a Partitioner, or a ValueError naming the allowed values."""
     if isinstance(value, str) and value in PARTITIONERS:
-        return value  # type: ignore[return-value]
+        return value
     allowed = ", ".join(PARTITIONERS)
     hint = ""
     if isinstance(value, str) and value in _LIBRDKAFKA_NAMES:

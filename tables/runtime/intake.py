@@ -210,7 +210,7 @@ class Intake:
         partitioner = self.spec.partitioner
         for index, expected in misplaced.items():
             record = records[index]
-            reason = misplaced_reason(tp.partition, expected, partitioner)  # type: ignore[arg-type]
+            reason = misplaced_reason(tp.partition, expected, partitioner)
             letters.append((tp.topic, tp.partition, record.offset, record.key, record.value,
                             Rejected(reason, "wrong_partition")))  # fmt: skip
             self.aligner.skip(tp.partition, tp.topic, record.offset)
@@ -357,7 +357,7 @@ def check_records(
         elif checked is DROPPED:
             nulls += 1
         else:
-            letters.append((topic, partition, offset, key, value, checked))  # type: ignore[arg-type]
+            letters.append((topic, partition, offset, key, value, checked))
     return Checked(offsets, stamps, events, nulls)
 
 

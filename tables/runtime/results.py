@@ -133,7 +133,7 @@ class Serializers:
                 return value
             if serializer == "raw" and type(value) in (str, int):
                 return str(value).encode()
-            return dumps(topic.key_type, value, serializer=serializer)  # type: ignore[no-any-return]
+            return dumps(topic.key_type, value, serializer=serializer)
 
         return key
 
@@ -148,7 +148,7 @@ class Serializers:
                 return obj
             if serializer == "json" and type(obj) in (dict, list, str, int, float):
                 return _dumps(obj)
-            return dumps(topic.value_type, obj, serializer=serializer)  # type: ignore[no-any-return]
+            return dumps(topic.value_type, obj, serializer=serializer)
 
         return value
 

@@ -260,11 +260,11 @@ class JoinTask:
             state.discard(partition)  # type: ignore[union-attr]
             damaged = (
                 isinstance(exc, StoreCorruptError) and state.partitions[partition].store.path == exc.path
-            )  # type: ignore[union-attr]
+            )
             if damaged:
                 state.set_aside(partition, exc)  # type: ignore[union-attr, arg-type]
         self.stats.failure = f"{exc.__class__.__name__}: {exc}"
-        await self.app.crash(exc)  # type: ignore[attr-defined]
+        await self.app.crash(exc)
 
     # -- one batch --------------------------------------------------------------------
 

@@ -128,7 +128,7 @@ class Runtime:
                 self._loop_lag = asyncio.create_task(self.loop_lag.run())
             await fatal_at_start(self._check_connection)
 
-        self.app.on_first_start = on_first_start  # type: ignore[method-assign]
+        self.app.on_first_start = on_first_start
         add_start_check(self.app, lambda: fatal_at_start(self._before_joining))
         install(self.app, local_offsets=self.local_offsets)
         guard_table_stores(self.faust_stores.open)
@@ -241,7 +241,7 @@ class Runtime:
         """The topic ids of the Faust tables' changelogs, for the check of their stores (a store
         from a changelog that was deleted and created again is set aside). Never raises: without
         them, only that check is lost."""
-        tables = self.app.tables.values()  # type: ignore[attr-defined]
+        tables = self.app.tables.values()
         changelogs = sorted({t.changelog_topic.get_topic_name() for t in tables})
         try:
             self.faust_stores.record_ids(await topic_ids(app_settings(self.app, "admin"), changelogs))

@@ -178,7 +178,7 @@ class _FaustProducer:
     async def flush(self) -> None:
         buffered, self._buffer = self._buffer, []
         for fut in buffered:
-            await fut.message.channel.publish_message(fut)  # type: ignore[attr-defined]
+            await fut.message.channel.publish_message(fut)
 
     def key_partition(self, topic: str, key: bytes) -> TP:
         return TP(topic, partition_for(key, self.log.counts.get(topic, self.log.partitions), "murmur2"))
