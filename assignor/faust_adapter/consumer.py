@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import aiokafka
@@ -258,7 +258,7 @@ class TandemConsumer(Consumer):
         generation = self.app.consumer_generation_id
         records, active = await super()._wait_next_records(timeout)
         if records:
-            taken = {tp: records.pop(tp) for tp in list(records) if taker.takes(tp.topic)}
+            taken = {tp: records.pop(tp) for tp in list(records) if taker.takes(tp.topic)}  # type: ignore[attr-defined]
             if not taken:
                 pass
             elif self.flow_active and generation == self.app.consumer_generation_id:
@@ -285,7 +285,7 @@ class TandemConsumer(Consumer):
             return taker.commit_offset(tp)
         return super()._new_offset(tp)
 
-    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterable[TP]:
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterator[TP]:
         yield from super()._filter_tps_with_pending_acks(topics)
         taker = self._taker
         if taker is not None:
@@ -317,7 +317,7 @@ def install_consumer(
         "fetch_high_watermarks": fetch_high_watermarks,
         "__module__": __name__,  # its logger: this module's (a class made by type() would log as "abc")
     }
-    transport.Consumer = type("TandemConsumer", (base,), settings)
+    transport.Consumer = type("TandemConsumer", (base,), settings)  # type: ignore[misc]
 
 
 class _RevokedSeek(logging.Filter):

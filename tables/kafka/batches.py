@@ -15,7 +15,7 @@ The private aiokafka names these use are declared to Tandem's check
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import aiokafka
@@ -195,11 +195,10 @@ async def start_sending(
     producer: AIOKafkaProducer,
     topic: str,
     partition: int,
-    records: Sequence[tuple[bytes | None, bytes | None]]
-    | Sequence[tuple[bytes | None, bytes | None, Headers]],
+    records: Sequence[Pair] | Sequence[Triple],
     headers: Headers = (),
     batch_bytes: int = SEND_BATCH_BYTES,
-) -> list[tuple[object, int]]:
+) -> list[tuple[Awaitable[Any], int]]:
     """Hand records to the producer as whole record batches (far cheaper than one send()
     each) and return (ack future, records in its batch) pairs to await. The records are
     all (key, value), each with `headers`, or all (key, value, its own headers).

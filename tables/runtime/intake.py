@@ -365,8 +365,8 @@ def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
     """The check of one input's records, from its Faust topic's types and serializers."""
     app = spec.app
     topic = side.topic
-    key_serializer = topic.key_serializer or app.conf.key_serializer
-    value_serializer = topic.value_serializer or app.conf.value_serializer
+    key_serializer = topic.key_serializer or app.conf.key_serializer  # type: ignore[attr-defined]
+    value_serializer = topic.value_serializer or app.conf.value_serializer  # type: ignore[attr-defined]
 
     def loads_key(raw: bytes) -> Any:
         return app.serializers.loads_key(topic.key_type, raw, serializer=key_serializer)
@@ -376,8 +376,8 @@ def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
 
     return SideCodec(
         side.name,
-        key_check(topic.key_type, key_serializer, loads_key),
-        value_form(topic.value_type, value_serializer, loads_value),
+        key_check(topic.key_type, key_serializer, loads_key),  # type: ignore[arg-type]
+        value_form(topic.value_type, value_serializer, loads_value),  # type: ignore[arg-type]
         timestamp=side.timestamp,
         record_id=side.id,
         validate=side.validate,

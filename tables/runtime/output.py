@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -60,7 +61,7 @@ class Collector:
         producer = producer_of(self.app)
         size = self.send_batch_bytes
         outbox, self.outbox[:] = list(self.outbox), []
-        acks: list[tuple[object, int]] = []
+        acks: list[tuple[Awaitable[Any], int]] = []
         for (topic, partition), records in (await self._by_partition(outbox)).items():
             acks += await start_sending(producer, topic, partition, records, batch_bytes=size)
             await asyncio.sleep(0)  # encoding a batch's results per partition: the loop's turn between
@@ -76,10 +77,10 @@ class Collector:
             self.stats.dead_letters[letter[5].category] += 1
         await self.app.producer.flush()
         for future, _ in acks:
-            await future  # type: ignore[misc]
+            await future
         for futs, sent in faust_acks:
             try:
-                metadata = [(await future, count) for future, count in sent]  # type: ignore[misc]
+                metadata = [(await future, count) for future, count in sent]
             except BaseException as error:
                 fail_sends(futs, error)
                 raise
@@ -87,7 +88,7 @@ class Collector:
 
     async def _start_faust_sends(
         self, producer: Any, size: int
-    ) -> list[tuple[list[FutureMessage], list[tuple[object, int]]]]:
+    ) -> list[tuple[list[FutureMessage], list[tuple[Awaitable[Any], int]]]]:
         """Start producing the Faust messages the handler queued (its tables' changelogs), per
         topic and partition in the order queued; what to await and settle."""
         sends, self.faust_sends[:] = list(self.faust_sends), []

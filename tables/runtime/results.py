@@ -125,7 +125,7 @@ class Serializers:
     def _key(self, topic: TopicT | str) -> Callable[[Any], bytes | None]:
         if isinstance(topic, str):
             return _plain
-        serializer = topic.key_serializer or self.app.conf.key_serializer
+        serializer = topic.key_serializer or self.app.conf.key_serializer  # type: ignore[attr-defined]
         dumps = self.app.serializers.dumps_key
 
         def key(value: Any) -> bytes | None:
@@ -140,7 +140,7 @@ class Serializers:
     def _value(self, topic: TopicT | str) -> Callable[[Any], bytes | None]:
         if isinstance(topic, str):
             return _plain
-        serializer = topic.value_serializer or self.app.conf.value_serializer
+        serializer = topic.value_serializer or self.app.conf.value_serializer  # type: ignore[attr-defined]
         dumps = self.app.serializers.dumps_value
 
         def value(obj: Any) -> bytes | None:
