@@ -13,6 +13,7 @@ and aiokafka's consumer and group membership it needs.
 | `consumer.py` | Faust's consumer taking join input in whole fetches, start checks |
 | `probes.py` | partition counts and end offsets read from the broker |
 | `faust_tables.py` | what Faust tables hold, for warm-ups |
+| `clients.py` | every Kafka client Tandem opens, and its connection settings (`--client-config`) |
 """
 
 from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join, install, tandem

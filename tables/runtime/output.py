@@ -48,8 +48,9 @@ class Collector:
         self.writer = PROCESS
 
     def audit(self, feed: list[tuple[int, Match]]) -> None:
-        """One audit record per result handed to the handler (tables/operators/audit.py), sent with
-        the batch's output to the result's partition of the audit topic."""
+        """One audit record per result handed to the handler (`audit_value` below; its fingerprint:
+        tables/operators/base.py), sent with the batch's output to the result's partition of the
+        audit topic."""
         audited, writer = self.audited, self.writer
         for partition, match in feed:
             audited.setdefault(partition, []).append((match.key, audit_value(partition, match, writer), ()))

@@ -68,7 +68,7 @@ class Feed:
     index: int = 0  # next to hand out: everything before it has been asked past
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Future[None] | None = None
-    # Values of this batch's inputs built on arrival, by id of their bytes (JoinRunner.built):
+    # Values of this batch's inputs built on arrival, by id of their bytes (`Intake.built`):
     # a result takes one (once) instead of building it again from the same bytes.
     built: dict[int, tuple[bytes, Any]] = field(default_factory=dict)
 
