@@ -25,6 +25,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy  # tables/, assignor/, pipeline/: pyproject.toml [tool.mypy]
 
 bench-planner: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_planner --quick
@@ -36,4 +37,4 @@ plan-example: $(STAMP)
 	$(BIN)/python -m assignor plan --summary docs/examples/scenario.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

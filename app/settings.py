@@ -36,7 +36,8 @@ class Settings:
     web_bind: str
     url: str
     standby_replicas: int
-    worker: str
+    # The worker's name (TANDEM_WORKER) is read in one place only, with one default:
+    # tables/web/metrics.py `worker_name` (docs/operations.md).
     host: str
     partitions: int
     replication_factor: int
@@ -96,7 +97,6 @@ def from_env() -> Settings:
         # How the other workers reach this one's web server (Faust's canonical URL).
         url=_env("TANDEM_URL", f"http://{'127.0.0.1' if bind == '0.0.0.0' else bind}:{port}"),
         standby_replicas=_int("TANDEM_STANDBY_REPLICAS", 1),
-        worker=_env("TANDEM_WORKER", host),
         host=host,
         partitions=_int("TANDEM_PARTITIONS", 6),
         replication_factor=_int("TANDEM_REPLICATION_FACTOR", 1),

@@ -74,7 +74,7 @@ class Checker:
             expected = misplaced.get(i)
             if expected is not None:
                 out.status[i], out.category[i] = DEAD, "wrong_partition"
-                out.reason[i] = misplaced_reason(partitions[i], expected, self.partitioner)  # type: ignore[arg-type]
+                out.reason[i] = misplaced_reason(partitions[i], expected, self.partitioner)
                 continue
             found = accepts[topics[i]](keys[i], values[i], offsets[i], stamps[i])
             if type(found) is tuple:
@@ -98,7 +98,7 @@ class Checker:
             groups.setdefault(tp, []).append(i)
         found: dict[int, int] = {}
         for (_, partition), rows in groups.items():
-            for m in find_misplaced([keys[i] for i in rows], partition, count, self.partitioner):  # type: ignore[arg-type]
+            for m in find_misplaced([keys[i] for i in rows], partition, count, self.partitioner):
                 found[rows[m.index]] = m.expected
         return found
 

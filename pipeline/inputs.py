@@ -142,7 +142,7 @@ def _placed(spec: JoinSpec, partitions: int) -> Any:
 
     partitioner = "murmur2" if spec.partitioner == "none" else spec.partitioner
 
-    @pandas_udf("int")  # type: ignore[call-overload, misc]
+    @pandas_udf("int")  # type: ignore[call-overload]
     def placed(keys: pd.Series) -> pd.Series:
         found = [0] * len(keys)  # a null key goes anywhere: partition 0
         given = [(i, key) for i, key in enumerate(keys.tolist()) if key is not None]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,7 +94,7 @@ class Span:
 
 def _consumer(target: str | Connection) -> AIOKafkaConsumer:
     settings = connection_of(target).settings()
-    return clients.consumer(  # type: ignore[no-any-return]
+    return clients.consumer(
         settings, enable_auto_commit=False, auto_offset_reset="earliest", **FETCH_SETTINGS
     )
 
@@ -139,7 +139,7 @@ def offsets(target: str | Connection, topics: list[str], timeout: float = 30.0) 
 
 async def _span_batches(
     target: str | Connection, span: Span, batch_records: int, stall_timeout: float
-) -> AsyncIterator[list[ConsumerRecord]]:
+) -> AsyncGenerator[list[ConsumerRecord]]:
     consumer = _consumer(target)  # aiokafka binds to the loop running at creation
     await consumer.start()
     tp = TopicPartition(span.topic, span.partition)

@@ -178,7 +178,7 @@ async def produce(
     count = partitions or declared_partitions(spec)
     await ensure_topics(connection, spec.input_topics, count)
     chosen = {t: spec.partitioner for t in spec.input_topics} | (partitioners or {})
-    placed = place(records, count, chosen)  # type: ignore[arg-type]
+    placed = place(records, count, chosen)
     producer = clients.producer(connection.settings(), linger_ms=5, acks="all", max_request_size=4 << 20)
     await producer.start()
     began = time.monotonic()

@@ -92,7 +92,7 @@ class Report:
         found += [
             f"dead letters {c}" for c in ("missing", "spurious", "other_category") if self.letters.get(c)
         ]
-        if not self.allow_misplaced and sum(self.misplaced_inputs.values()):
+        if not self.allow_misplaced and any(self.misplaced_inputs.values()):
             found.append("misplaced input records")
         if self.strict_counters and self.counters_differ:
             found.append("operator counters")

@@ -231,7 +231,7 @@ class TopicStreamReader(_TopicStream, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.options.max_offsets)
         return ReadAllAvailable()
 
-    def latestOffset(  # type: ignore[override]
+    def latestOffset(
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, Any]:
         latest = self._latest()

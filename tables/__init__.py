@@ -19,6 +19,7 @@ from the bottom: records and operators (pure), spec, kafka, state, runtime, web,
 """
 
 from assignor.faust_adapter import TandemAssignor
+from tables._version import __version__
 from tables.api import join, join_table, runtime_of
 from tables.records.codecs import MAX_TS_MS
 from tables.runtime.results import JoinBatch, JoinResult, JoinResults
@@ -40,6 +41,7 @@ __all__ = [
     "Partitioner",
     "RuntimeSettings",
     "TandemAssignor",
+    "__version__",
     "join",
     "join_table",
     "runtime_of",

@@ -16,7 +16,7 @@ runs it, the web layer (tables/web/) shows it; both are made here, once per app.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Literal
 
 from faust.types import AppT, TableT, TopicT
@@ -42,7 +42,7 @@ from tables.spec import (
 )
 from tables.web import register_web
 
-Handler = Callable[[JoinResults[Any, Any, Any]], Awaitable[None]]
+Handler = Callable[[JoinResults[Any, Any, Any]], Coroutine[Any, Any, None]]  # an `async def`: a task runs it
 
 _runtimes: weakref.WeakKeyDictionary[AppT, Runtime] = weakref.WeakKeyDictionary()
 

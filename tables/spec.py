@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -23,7 +23,7 @@ from tables.records.codecs import IdSpec, TimestampSpec, Validate, record_fields
 How = Literal["inner", "left", "right", "outer"]
 Duration = timedelta | float | int  # a timedelta, or seconds
 Partitioner = Literal["murmur2", "crc32", "none"]
-Handler = Callable[[Any], Awaitable[None]]  # async def handler(results: JoinResults[K, L, R])
+Handler = Callable[[Any], Coroutine[Any, Any, None]]  # async def handler(results: JoinResults[K, L, R])
 
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -197,7 +197,7 @@ def _check_field(join: str, side: JoinInput, option: str, field: object) -> None
                 f"{side.name!r}); its fields are {', '.join(names)}"
             )
         return
-    serializer = topic.value_serializer or topic.app.conf.value_serializer
+    serializer = topic.value_serializer or topic.app.conf.value_serializer  # type: ignore[attr-defined]
     if serializer != "json" or value_type not in (None, dict, typing.Any):
         raise JoinDeclarationError(
             f"join {join!r}: {option}={field!r} names a field, but the values of {side.name!r} are not "

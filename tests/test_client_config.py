@@ -2,7 +2,7 @@
 
 The format and the checks are tested on text; the resulting arguments are tested by
 connecting with them, through the secured front of the embedded broker
-(tables/testing/secure.py), with certificates made in the test.
+(tests/secure_kafka.py), with certificates made in the test.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from assignor.clients import (
     ssl_context_for,
 )
 from tables.testing import read_records
-from tables.testing.secure import CertificateFiles, SecuredBroker, make_test_certificates
+from tests.secure_kafka import CertificateFiles, SecuredBroker, make_test_certificates
 
 SECRET = "s3cr3t-Pa55word"
 

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from pipeline.kafka import Connection, offsets, source_options
 from pipeline.source import advance, plan_spans
 from tables.testing import EmbeddedBroker, create_topics
-from tables.testing.secure import SecuredBroker
+from tests.secure_kafka import SecuredBroker
 from tests.spark_fixtures import produce_values, spark_session
 
 PARTITIONS = 3

@@ -14,7 +14,7 @@ from app.cluster import wait_for
 from tables.kafka.topics import changelog_configs, create_topics
 from tables.operators.windowed import DAY_MS
 from tables.testing import EmbeddedBroker
-from tables.testing.secure import SecuredBroker
+from tests.secure_kafka import SecuredBroker
 from tests.workers import PARTITIONS, Cluster, cluster
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]

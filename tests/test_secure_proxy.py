@@ -1,4 +1,4 @@
-"""The secured front of the embedded broker (tables/testing/secure.py): real clients through
+"""The secured front of the embedded broker (tests/secure_kafka.py): real clients through
 TLS, SASL PLAIN and SCRAM, and the refusals a secured Kafka listener gives.
 
 Every client here is real: aiokafka, confluent-kafka (librdkafka) and a Faust worker, on a
@@ -29,7 +29,7 @@ from aiokafka.errors import (
 )
 
 from tables.testing import WorkerProcess, embedded_env, free_port, wait_for
-from tables.testing.secure import (
+from tests.secure_kafka import (
     API_VERSIONS,
     PLAIN_FAILED,
     SASL_API_VERSIONS,

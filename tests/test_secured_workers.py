@@ -2,7 +2,7 @@
 client the workers open (Faust's, and Tandem's own: the start-up probes, the topic admin,
 the restore and standby consumers) going through the app's own settings.
 
-The embedded broker sits behind a TLS and SASL front (tables/testing/secure.py) and
+The embedded broker sits behind a TLS and SASL front (tests/secure_kafka.py) and
 advertises only the front's port, so a client that ignored the settings could not connect
 at all: the front logs every refusal, and the test asserts there was none. The workers join,
 one is SIGKILLed and the survivor takes over (restore and standby over the secured
@@ -20,7 +20,7 @@ import pytest
 from app.cluster import wait_for
 from assignor import clients
 from tables.testing import EmbeddedBroker
-from tables.testing.secure import SecuredBroker
+from tests.secure_kafka import SecuredBroker
 from tests.workers import cluster
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]

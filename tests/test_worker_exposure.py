@@ -20,7 +20,7 @@ from typing import Self
 import pytest
 
 from tables.testing import EmbeddedBroker, WorkerProcess, embedded_env, wait_for
-from tables.testing.secure import SecuredBroker
+from tests.secure_kafka import SecuredBroker
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parent.parent

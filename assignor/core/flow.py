@@ -7,6 +7,7 @@ millions of arcs, and a Python call per arc would dominate its run time.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from ortools.graph.python import min_cost_flow
 
 IntArray = np.ndarray
@@ -31,25 +32,30 @@ class FlowNetwork:
     def node_count(self) -> int:
         return self._nodes
 
-    def supply(self, nodes: IntArray, amounts: IntArray) -> None:
+    def supply(self, nodes: ArrayLike, amounts: ArrayLike) -> None:
         self._supply_parts.append((np.asarray(nodes, np.int64), np.asarray(amounts, np.int64)))
 
     def arcs(
         self,
-        tails: IntArray,
-        heads: IntArray,
-        upper: IntArray,
-        cost: IntArray | int = 0,
-        lower: IntArray | int = 0,
+        tails: ArrayLike,
+        heads: ArrayLike,
+        upper: ArrayLike,
+        cost: ArrayLike = 0,
+        lower: ArrayLike = 0,
     ) -> IntArray:
-        """Add arcs; returns their ids. A lower bound is pre-routed from tail to head."""
-        tails = np.asarray(tails, np.int64)
-        n = len(tails)
-        heads = np.asarray(heads, np.int64)
-        upper = np.broadcast_to(np.asarray(upper, np.int64), (n,))
-        cost = np.broadcast_to(np.asarray(cost, np.int64), (n,))
-        lower = np.broadcast_to(np.asarray(lower, np.int64), (n,))
-        self._blocks.append((tails, heads, upper, cost, lower))
+        """Add arcs; returns their ids (arrays, or one number for every arc). A lower bound is
+        pre-routed from tail to head."""
+        tail_ids = np.asarray(tails, np.int64)
+        n = len(tail_ids)
+        self._blocks.append(
+            (
+                tail_ids,
+                np.asarray(heads, np.int64),
+                np.broadcast_to(np.asarray(upper, np.int64), (n,)),
+                np.broadcast_to(np.asarray(cost, np.int64), (n,)),
+                np.broadcast_to(np.asarray(lower, np.int64), (n,)),
+            )
+        )
         ids = np.arange(self._arcs, self._arcs + n, dtype=np.int64)
         self._arcs += n
         return ids

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import itertools
 from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,7 +196,7 @@ def _index(scn: Scenario) -> _Index:
     return _Index(placeable, offsets, [m.id for m in scn.members], eligible, group_of)
 
 
-def _warn_partial(scn: Scenario, group: Group, who: list[int], common: set[str]) -> None:
+def _warn_partial(scn: Scenario, group: Group, who: list[int], common: AbstractSet[str]) -> None:
     missing = sorted(set(group.topics) - common)
     for i in who:
         scn.warnings.member(
@@ -266,8 +267,8 @@ def _claims(scn: Scenario, index: _Index) -> tuple[np.ndarray, np.ndarray]:
             bases.append(offsets[g])
             claimant.append(i)
     lengths = np.fromiter(map(len, chunks), np.int64, len(chunks))
-    flat = np.fromiter(itertools.chain.from_iterable(chunks), np.int64, int(lengths.sum()))
-    flat_tasks.append(flat + np.repeat(np.array(bases, np.int64), lengths))
+    claimed_ids = np.fromiter(itertools.chain.from_iterable(chunks), np.int64, int(lengths.sum()))
+    flat_tasks.append(claimed_ids + np.repeat(np.array(bases, np.int64), lengths))
     flat_claimants.append(np.repeat(np.array(claimant, np.int64), lengths))
     return np.concatenate(flat_tasks), np.concatenate(flat_claimants)
 

@@ -42,7 +42,7 @@ def compute_bounds(sizes: np.ndarray, eligible: np.ndarray, capacity: list[Fract
     """Bounds for groups of `sizes` tasks; `eligible[g, m]` says who may own group g's tasks."""
     groups, members = eligible.shape
     live = (sizes > 0) & eligible.any(axis=1)
-    participating = eligible[live].any(axis=0)
+    participating = np.asarray(eligible[live].any(axis=0))
     bounds = Bounds(
         np.zeros((groups, members), np.int64),
         np.zeros((groups, members), np.int64),
@@ -101,8 +101,8 @@ def _water_filled_bounds(
     load: dict[ClassKey, Number] = {}
     for (g, key), x in fractions.items():
         share = x / len(classes[key])  # per member of the class
-        cols = np.array(classes[key])
-        bounds.lo[g, cols], bounds.hi[g, cols] = _round_range(share)
+        members_of_class = np.array(classes[key])
+        bounds.lo[g, members_of_class], bounds.hi[g, members_of_class] = _round_range(share)
         load[key] = load.get(key, 0) + share
     for key, cols in classes.items():
         bounds.total_lo[cols], bounds.total_hi[cols] = _round_range(load.get(key, 0))

@@ -425,7 +425,7 @@ def _parse_member(
     return Member(
         id=member_id,
         topics=subscriptions.setdefault(topics, topics),
-        host=_parse_label(member_id, "host", raw.get("host"), member_id, warnings),
+        host=_parse_label(member_id, "host", raw.get("host"), member_id, warnings) or member_id,
         rack=_parse_label(member_id, "rack", raw.get("rack"), None, warnings),
         capacity=_parse_capacity(member_id, raw.get("capacity", 1), warnings),
         epoch=_parse_epoch(member_id, raw.get("epoch", 0), warnings),

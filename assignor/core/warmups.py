@@ -122,8 +122,8 @@ def task_lags(
     finite = reported == needed[first]  # an offset for every changelog partition of the task
     unique, worst = unique[finite], worst[finite]
     standby = np.isin(unique, _standby_keys(scn, groups, offsets))
-    members = len(scn.members)
-    return Lags(unique // members, unique % members, worst, standby, stateful, warmup.acceptable_lag)
+    n = len(scn.members)
+    return Lags(unique // n, unique % n, worst, standby, stateful, warmup.acceptable_lag)
 
 
 def _standby_keys(scn: Scenario, groups: list[Group], offsets: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ def faust_table_offsets(app: AppT) -> dict[str, dict[int, int]]:
                 offset = 0
             if offset is not None:
                 found.setdefault(tp.topic, {})[tp.partition] = int(offset)
-    for table in list(app.tables.values()):  # type: ignore[attr-defined]
+    for table in list(app.tables.values()):
         if getattr(table, "is_global", False):
             continue
         topic = table.changelog_topic.get_topic_name()

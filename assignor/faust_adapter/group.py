@@ -51,7 +51,7 @@ def install_group_join() -> None:
     consumer offering ``[tandem, faust]`` first joins offering only ``tandem``: that can
     settle the group on a protocol a stock Faust worker does not speak (the broker then
     rejects it with InconsistentGroupProtocol), and every rebalance costs two joins."""
-    gc.CoordinatorGroupRebalance.perform_group_join = _perform_group_join  # type: ignore[method-assign]
+    gc.CoordinatorGroupRebalance.perform_group_join = _perform_group_join
 
 
 async def _perform_group_join(self: Any) -> tuple[str, bytes] | None:
@@ -60,7 +60,7 @@ async def _perform_group_join(self: Any) -> tuple[str, bytes] | None:
         if starting is not None:
             starting()  # e.g. look up end offsets while the broker holds the JoinGroup
     if len(self._assignors) < 2:
-        return await _ORIGINAL_JOIN(self)  # type: ignore[no-any-return]
+        return await _ORIGINAL_JOIN(self)
     protocols = [(a.name, _encoded(a.metadata(self._subscription.topics))) for a in self._assignors]
     response = await _join(self, protocols)
     if response is None:
@@ -151,7 +151,7 @@ def delay_follower_sync(seconds: float) -> None:
         return await original(self)
 
     on_join_follower.tandem_delay = seconds  # type: ignore[attr-defined]
-    gc.CoordinatorGroupRebalance._on_join_follower = on_join_follower  # type: ignore[method-assign]
+    gc.CoordinatorGroupRebalance._on_join_follower = on_join_follower
 
 
 internals.require(

@@ -78,7 +78,7 @@ class TandemConsumerThread(AIOKafkaConsumerThread):
         """End offsets for Faust's table recovery: from fetch responses, where the broker's
         ListOffsets answers short (Faust then stops with ConsistencyError)."""
         if not self.tuning.fetch_high_watermarks:
-            return await super()._highwaters(partitions)  # type: ignore[no-any-return]
+            return await super()._highwaters(partitions)
         return await fetched_high_watermarks(app_settings(self.app, "probe"), list(partitions))
 
 
@@ -105,7 +105,7 @@ def install_consumer(
         raise ImproperlyConfigured(f"Tandem needs Faust's aiokafka transport, not {type(transport).__name__}")
     _tuning[app] = FetchTuning(fetch_max_wait_ms, fetch_high_watermarks)
     if not issubclass(transport.Consumer, TandemConsumer):
-        transport.Consumer = TandemConsumer
+        transport.Consumer = TandemConsumer  # type: ignore[misc]
 
 
 class _RevokedSeek(logging.Filter):

@@ -404,13 +404,13 @@ class TandemAssignor(PartitionAssignor):
             )
         return URL(owner)
 
-    def table_metadata(self, topic: str) -> dict[str, dict[str, list[int]]]:
+    def table_metadata(self, topic: str) -> dict[str, dict[str, list[int]]]:  # type: ignore[override]
         return {url: tps for url, tps in self._by_url({topic}).items() if tps}
 
-    def tables_metadata(self) -> dict[str, dict[str, list[int]]]:
+    def tables_metadata(self) -> dict[str, dict[str, list[int]]]:  # type: ignore[override]
         return self._by_url(self.table_changelogs())
 
-    def external_topics_metadata(self) -> dict[str, dict[str, list[int]]]:
+    def external_topics_metadata(self) -> dict[str, dict[str, list[int]]]:  # type: ignore[override]
         routed = {t for g in (self._routing.groups if self._routing else []) for t in g}
         return self._by_url(routed - self.table_changelogs())
 
@@ -424,14 +424,14 @@ class TandemAssignor(PartitionAssignor):
     def table_changelogs(self) -> set[str]:
         return {
             topic
-            for topic, table in self._table_manager._changelogs.items()
+            for topic, table in self._table_manager._changelogs.items()  # type: ignore[attr-defined]
             if not getattr(table, "is_global", False)
         }
 
     def global_changelogs(self) -> set[str]:
         return {
             topic
-            for topic, table in self._table_manager._changelogs.items()
+            for topic, table in self._table_manager._changelogs.items()  # type: ignore[attr-defined]
             if getattr(table, "is_global", False)
         }
 

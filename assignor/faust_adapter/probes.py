@@ -37,7 +37,7 @@ async def fetched_high_watermarks(
 
 
 def _probe(settings: Settings) -> aiokafka.AIOKafkaConsumer:
-    return clients.consumer(settings, fetch_max_wait_ms=100, enable_auto_commit=False)  # type: ignore[no-any-return]
+    return clients.consumer(settings, fetch_max_wait_ms=100, enable_auto_commit=False)
 
 
 async def _fetched_marks(
@@ -51,7 +51,7 @@ async def _fetched_marks(
     while True:
         marks = {tp: probe.highwater(tp) for tp in wanted}
         if None not in marks.values():
-            return {tp: int(mark) for tp, mark in marks.items()}  # type: ignore[arg-type]
+            return {tp: int(mark) for tp, mark in marks.items()}
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"no high watermark for {[tp for tp, m in marks.items() if m is None]}")
         await probe.getmany(timeout_ms=200, max_records=1)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -98,7 +98,7 @@ class TandemSettings:
 
 
 def _parse(name: str, raw: str) -> Any:
-    converters = {
+    converters: dict[str, Callable[[str], Any]] = {
         "standby_replicas": int,
         "acceptable_recovery_lag": int,
         "capacity": float,

@@ -56,7 +56,7 @@ def apply(app: AppT) -> None:
     if not set_by_app(app, "web_bind") and not any(os.environ.get(n) for n in _FAUST_DEFAULT_BIND_ENV):
         conf.web_bind = LOOPBACK
     if not set_by_app(app, "web_tables_enabled"):
-        if type(app).web.is_set(app):  # Faust chose its endpoints when app.web was first made
+        if type(app).web.is_set(app):  # type: ignore[attr-defined]  # Faust chose its endpoints when app.web was first made
             log.warning(
                 "Faust's /table/ endpoints stay on: the app made its web server before Tandem was "
                 "installed; set web_tables_enabled=False (or True) on the app to decide"
@@ -84,7 +84,7 @@ async def warn_if_unreachable(app: AppT) -> None:
 
 def set_by_app(app: AppT, name: str) -> bool:
     """Whether the app chose setting `name` (see the module's docstring), not Faust's default."""
-    _, options = app._default_options  # type: ignore[attr-defined]  # faust.App(id, **options)
+    _, options = app._default_options  # faust.App(id, **options)
     if options.get(name) is not None:
         return True
     source = app._config_source  # type: ignore[attr-defined]  # app.config_from_object(source)

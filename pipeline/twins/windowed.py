@@ -40,7 +40,7 @@ from tables.operators.windowed import JoinType, JoinWindow, WindowedKind
 from tables.spec import JoinSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 # The checked records (pipeline/checks.py) with each one's fate in the join (`status`: late,
 # duplicate) and the stream time before it.
@@ -93,14 +93,14 @@ class Sequencer:
             st_before[i] = now
             if identity in held:
                 status[i] = "duplicate"
-            elif now is not None and when + close[side] < now:  # type: ignore[operator]
+            elif now is not None and when + close[side] < now:
                 status[i] = "late"
             else:
-                held[identity] = when  # type: ignore[assignment]
-                heapq.heappush(due, (when + retention, identity))  # type: ignore[operator]
-                if now is None or when > now:  # type: ignore[operator]
+                held[identity] = when
+                heapq.heappush(due, (when + retention, identity))
+                if now is None or when > now:
                     self.stream_time = now = when
-                    while due and due[0][0] < now:  # type: ignore[operator]
+                    while due and due[0][0] < now:
                         expiry, gone = heapq.heappop(due)
                         if held.get(gone, expiry) + retention == expiry:  # not held again since
                             held.pop(gone, None)
@@ -161,7 +161,7 @@ def results_of(records: DataFrame, spec: JoinSpec, close_inputs: bool = False) -
     )
     joined = left.join(right, on, _OUTER[join_type.unmatched_sides])
     partition = F.coalesce("left_partition", "right_partition")
-    columns = [
+    columns: list[Column | str] = [
         partition.alias("partition"), F.coalesce("left_key", "right_key").alias("key"), "left", "right",
         F.coalesce(F.greatest("left_ts", "right_ts"), "left_ts", "right_ts").alias("ts"),
         "left_topic", "left_offset", "left_rid", "right_topic", "right_offset", "right_rid",

@@ -15,7 +15,7 @@ The private aiokafka names these use are declared to Tandem's check
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import aiokafka
@@ -114,7 +114,7 @@ def _fill_by_append(
     on_each = list(headers)
     for i in range(start, len(records)):
         record = records[i]
-        own = list(record[2] or ()) if len(record) > 2 else on_each  # type: ignore[misc]
+        own = list(record[2] or ()) if len(record) > 2 else on_each
         if batch.append(key=record[0], value=record[1], timestamp=timestamp_ms, headers=own) is None:
             return i - start
     return len(records) - start
@@ -167,7 +167,7 @@ def create_batch(producer: aiokafka.AIOKafkaProducer, size: int = SEND_BATCH_BYT
 
 def producer_of(app: AppT) -> aiokafka.AIOKafkaProducer:
     """The aiokafka producer inside Faust's producer (started with the app)."""
-    return app.producer._ensure_producer()  # type: ignore[attr-defined, no-any-return]
+    return app.producer._ensure_producer()  # type: ignore[attr-defined]
 
 
 Headers = Sequence[tuple[str, bytes]]
@@ -195,11 +195,10 @@ async def start_sending(
     producer: AIOKafkaProducer,
     topic: str,
     partition: int,
-    records: Sequence[tuple[bytes | None, bytes | None]]
-    | Sequence[tuple[bytes | None, bytes | None, Headers]],
+    records: Sequence[Pair] | Sequence[Triple],
     headers: Headers = (),
     batch_bytes: int = SEND_BATCH_BYTES,
-) -> list[tuple[object, int]]:
+) -> list[tuple[Awaitable[Any], int]]:
     """Hand records to the producer as whole record batches (far cheaper than one send()
     each) and return (ack future, records in its batch) pairs to await. The records are
     all (key, value), each with `headers`, or all (key, value, its own headers).

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import aiokafka
@@ -152,7 +152,7 @@ def _as_fetched(tp: Any, record: Any) -> Any:
 def install_raw_records() -> None:
     """Idempotent: partitions fetched by a consumer with `RawRecords` keep their records
     as fetched when the join runtime takes their topic (other consumers: unchanged)."""
-    PartitionRecords.__init__ = _partition_records  # type: ignore[method-assign]
+    PartitionRecords.__init__ = _partition_records
 
 
 # A probe batch for raw_record_problems: three records, headers and nulls included.
@@ -217,7 +217,7 @@ class JoinConsumer(TandemConsumer):
         generation = self.app.consumer_generation_id
         records, active = await super()._wait_next_records(timeout)
         if records:
-            taken = {tp: records.pop(tp) for tp in list(records) if taker.takes(tp.topic)}
+            taken = {tp: records.pop(tp) for tp in list(records) if taker.takes(tp.topic)}  # type: ignore[attr-defined]
             if not taken:
                 pass
             elif self.flow_active and generation == self.app.consumer_generation_id:
@@ -242,9 +242,9 @@ class JoinConsumer(TandemConsumer):
         taker = self._taker
         if taker is not None and taker.takes(tp.topic):
             return taker.commit_offset(tp)
-        return super()._new_offset(tp)  # type: ignore[no-any-return]
+        return super()._new_offset(tp)
 
-    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterable[TP]:
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterator[TP]:
         yield from super()._filter_tps_with_pending_acks(topics)
         taker = self._taker
         if taker is not None:
@@ -271,7 +271,7 @@ def take_records(app: AppT, taker: RecordTaker) -> None:
     install_raw_records()
     _takers[app] = taker
     if not issubclass(transport.Consumer, JoinConsumer):
-        transport.Consumer = JoinConsumer
+        transport.Consumer = JoinConsumer  # type: ignore[misc]
 
 
 def committed_offsets(app: AppT) -> Mapping[TP, int | None]:
@@ -283,7 +283,7 @@ def kafka_consumer(app: AppT) -> aiokafka.AIOKafkaConsumer | None:
     """The aiokafka consumer inside Faust's consumer thread (None before it started)."""
     thread = getattr(app.consumer, "_thread", None)
     try:
-        return thread._ensure_consumer() if thread is not None else None  # type: ignore[no-any-return]
+        return thread._ensure_consumer() if thread is not None else None
     except Exception:  # not started yet
         return None
 

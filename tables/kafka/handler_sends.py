@@ -91,7 +91,7 @@ def collected_records(sends: Sequence[FutureMessage]) -> dict[tuple[str, int], l
     found: dict[tuple[str, int], list[FutureMessage]] = {}
     for fut in sends:
         message = fut.message
-        found.setdefault((message.channel.get_topic_name(), message.partition), []).append(fut)
+        found.setdefault((message.channel.get_topic_name(), message.partition), []).append(fut)  # type: ignore[arg-type]
     return found
 
 

@@ -44,7 +44,7 @@ def guard_table_stores(guard: OpenGuard | None) -> None:
         _guard.pop("guard", None)
         return
     _guard["guard"] = guard
-    RocksDBStore._open_for_partition = _guarded_open  # type: ignore[method-assign]
+    RocksDBStore._open_for_partition = _guarded_open  # type: ignore[method-assign, assignment]
 
 
 def _guarded_open(store: RocksDBStore, partition: int) -> Any:

@@ -203,7 +203,7 @@ class _TopicIdsRequest(Request[_MetadataRequestV10]):
         self.names = list(names)
 
     def build(self, request_struct_class: type[_MetadataRequestV10]) -> _MetadataRequestV10:
-        topics = [(bytes(16), name, {}) for name in self.names]
+        topics: list[tuple[bytes, str, dict[str, object]]] = [(bytes(16), name, {}) for name in self.names]
         return request_struct_class(topics, False, False, False, {})
 
 

@@ -8,7 +8,7 @@ bytes too (the input offset, or the join's `id` function's value).
 | key | value | in changelog |
 | --- | --- | --- |
 | `r` side len(key) key ts id | flag byte + the record's serialized value | yes |
-| `m:` name | big-endian int | some (see join.py) |
+| `m:` name | big-endian int | counters; stream time only the temporal join's (`take_changes`) |
 
 Which records are live, by join key and by due time, is not stored: the operator
 indexes the `r` keys in memory (tables/operators/window_index.py). State format 1 also stored that

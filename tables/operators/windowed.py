@@ -48,12 +48,13 @@ class JoinType(enum.Enum):
     @property
     def unmatched_sides(self) -> frozenset[Side]:
         """Sides whose unmatched records are emitted with the other side None."""
-        return {
+        sides: dict[JoinType, frozenset[Side]] = {
             JoinType.INNER: frozenset(),
             JoinType.LEFT: frozenset({"left"}),
             JoinType.RIGHT: frozenset({"right"}),
             JoinType.OUTER: frozenset({"left", "right"}),
-        }[self]
+        }
+        return sides[self]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,7 @@ class WindowedJoin:
                         put(partner_key, partner)
 
             # The record itself.
-            stored = (MATCHED_FLAG if found else UNMATCHED_FLAG) + value
+            stored = (MATCHED_FLAG if found else UNMATCHED_FLAG) + value  # type: ignore[operator]
             changes[own] = stored
             put(own, stored)
             # ... and in the index (WindowIndex.add, inlined: once per record).
@@ -234,7 +235,7 @@ class WindowedJoin:
             else:
                 heappush(late_due, entry)
             if ids is not None:
-                ids.add(id_key)
+                ids.add(id_key)  # type: ignore[arg-type]
         return results
 
     # -- expiry and unmatched emission ------------------------------------
@@ -290,12 +291,12 @@ class WindowedJoin:
 
     # -- changelog ---------------------------------------------------------
 
-    def take_changes(self) -> list[tuple[bytes, bytes]]:
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
         """Changelog records since the last call: records first, then the counters. Also
         puts the stream time in the state (derived on replay: not in the changelog)."""
         if self.stream_time is not None:
             self.state.put(_STREAM_TIME_KEY, _pack_time(self.stream_time + _BIAS))
-        changes = list(self._changes.items())
+        changes: list[tuple[bytes, bytes | None]] = list(self._changes.items())
         for name in sorted(self._dirty_meta):
             key = keys.meta_key(name)
             changes.append((key, self.state.get(key) or b""))

@@ -234,11 +234,11 @@ class RecordForm(JsonForm):
         # The same model for the compiled check (tables/records/_fastcheck.pyx), where it is built.
         self._fast_model = _fast_model(model, self.fields, dict(options.defaults)) if self._plain else None
         if self._make is not None:  # once per result side: decode and build in one call
-            self.stored = _compile_build(  # type: ignore[method-assign]
+            self.stored = _compile_build(  # type: ignore[method-assign, assignment]
                 model, self.fields, dict(options.defaults), from_bytes=True
             )
             if CHECK.fast is not None and self._fast_model is not None:
-                self.stored = CHECK.fast.stored(self.stored, orjson.loads, self._fast_model)
+                self.stored = CHECK.fast.stored(self.stored, orjson.loads, self._fast_model)  # type: ignore[method-assign]
 
     def check(self, raw: bytes) -> Any:
         payload = super().check(raw)
@@ -331,7 +331,7 @@ def _compile_check(fields: list[_Field]) -> Callable[[dict[str, Any]], bool]:
     lines.append("    return True")
     scope: dict[str, Any] = {}
     exec("\n".join(lines), scope)  # noqa: S102 - code built from field names and fixed tests
-    return scope["well_formed"]  # type: ignore[no-any-return]
+    return scope["well_formed"]
 
 
 def _compile_build(
@@ -362,7 +362,7 @@ def _compile_build(
     lines += ["    r = new(M)", "    r.__dict__ = {" + ", ".join(parts) + "}", "    return r"]
     source = "\n".join(lines)
     exec(source, scope)  # noqa: S102 - code built from field names
-    return scope["make"]  # type: ignore[no-any-return]
+    return scope["make"]
 
 
 class FaustForm(ValueForm):
@@ -522,7 +522,7 @@ class SideCodec:
         record_id = self._record_id(payload, built, offset)
         if type(record_id) is Rejected:
             return record_id
-        return Accepted(ts, record_id, built)
+        return Accepted(ts, record_id, built)  # type: ignore[arg-type]
 
     def _delete(self, key: bytes, offset: int, message_ts: int | None) -> Accepted | Rejected:
         """A table's delete: its key checked, its time the Kafka record's (a null value has no
@@ -593,7 +593,7 @@ class SideCodec:
         self.python_reason: str | None = reason
         if reason is not None:
             return None
-        return fast.accept(  # type: ignore[no-any-return, union-attr]
+        return fast.accept(  # type: ignore[union-attr]
             python_accept,
             orjson.loads,
             key_kind,
@@ -659,7 +659,7 @@ class SideCodec:
                 if delete is None:
                     return DROPPED
                 found = delete(key, offset, message_ts)
-                return found if type(found) is Rejected else (found.ts, found.record_id, None)
+                return found if type(found) is Rejected else (found.ts, found.record_id, None)  # type: ignore[union-attr]
             if limit is not None and len(value) > limit:
                 return Rejected(f"value of {len(value)} bytes exceeds {limit}", "too_large")
             decoded_key = key_of(key)
@@ -704,10 +704,10 @@ class SideCodec:
                 return Rejected("timestamp out of range (0 to year 9999 in ms since the epoch)", "timestamp")
             if id_from_offset:
                 record_id = pack_offset(offset)
-            elif id_field and type(payload) is dict and type(found := payload.get(id_field)) is str:
-                record_id = found.encode()
+            elif id_field and type(payload) is dict and type(given := payload.get(id_field)) is str:
+                record_id = given.encode()
             else:
-                record_id = slow_record_id(payload, built, offset)
+                record_id = slow_record_id(payload, built, offset)  # type: ignore[assignment]
                 if type(record_id) is Rejected:
                     return record_id
             return ts, record_id, built

@@ -61,14 +61,14 @@ _FEW_KEYS = 8  # below this, hash key by key in Python (benchmarks/bench_partiti
 class Misplaced(NamedTuple):
     """A record read from the wrong partition: its index in the batch and where its key belongs."""
 
-    index: int
+    index: int  # type: ignore[assignment]
     expected: int
 
 
 def parse_partitioner(value: object) -> Partitioner:
     """`value` as a Partitioner, or a ValueError naming the allowed values."""
     if isinstance(value, str) and value in PARTITIONERS:
-        return value  # type: ignore[return-value]
+        return value
     allowed = ", ".join(PARTITIONERS)
     hint = ""
     if isinstance(value, str) and value in _LIBRDKAFKA_NAMES:
@@ -224,10 +224,10 @@ def find_misplaced(
         raise ValueError(f"partition {partition} is not one of the topic's {partitions}")
     if len(keys) < _FEW_KEYS:  # numpy's fixed cost is more than a few keys in Python
         return [
-            Misplaced(i, expected)
+            Misplaced(i, belongs)
             for i, key in enumerate(keys)
             if _judged(key, partitioner)
-            and (expected := partition_for(key, partitions, partitioner)) != partition  # type: ignore[arg-type]
+            and (belongs := partition_for(key, partitions, partitioner)) != partition  # type: ignore[arg-type]
         ]
     try:
         expected = partitions_for(keys, partitions, partitioner)  # type: ignore[arg-type]
@@ -236,8 +236,8 @@ def find_misplaced(
             raise
         # Null keys cost this detour only in batches that hold one.
         judged = [i for i, key in enumerate(keys) if _judged(key, partitioner)]
-        found = find_misplaced([keys[i] for i in judged], partition, partitions, partitioner)
-        return [Misplaced(judged[m.index], m.expected) for m in found]
+        among_judged = find_misplaced([keys[i] for i in judged], partition, partitions, partitioner)
+        return [Misplaced(judged[m.index], m.expected) for m in among_judged]
     where = np.flatnonzero(expected != partition)
     found = map(Misplaced, where.tolist(), expected[where].tolist())
     if partitioner == "crc32":  # empty keys go anywhere with consistent_random

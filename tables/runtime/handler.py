@@ -61,7 +61,9 @@ class Handler:
             self.serializers,
         )
         self.task = handler_task(
-            self.spec.handler(results), self.collector.faust_sends, f"tandem-handler-{self.spec.name}"
+            self.spec.handler(results),
+            self.collector.faust_sends,
+            f"tandem-handler-{self.spec.name}",
         )
 
     async def stop(self) -> None:

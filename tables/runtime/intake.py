@@ -210,7 +210,7 @@ class Intake:
         partitioner = self.spec.partitioner
         for index, expected in misplaced.items():
             record = records[index]
-            reason = misplaced_reason(tp.partition, expected, partitioner)  # type: ignore[arg-type]
+            reason = misplaced_reason(tp.partition, expected, partitioner)
             letters.append((tp.topic, tp.partition, record.offset, record.key, record.value,
                             Rejected(reason, "wrong_partition")))  # fmt: skip
             self.aligner.skip(tp.partition, tp.topic, record.offset)
@@ -357,7 +357,7 @@ def check_records(
         elif checked is DROPPED:
             nulls += 1
         else:
-            letters.append((topic, partition, offset, key, value, checked))  # type: ignore[arg-type]
+            letters.append((topic, partition, offset, key, value, checked))
     return Checked(offsets, stamps, events, nulls)
 
 
@@ -365,8 +365,8 @@ def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
     """The check of one input's records, from its Faust topic's types and serializers."""
     app = spec.app
     topic = side.topic
-    key_serializer = topic.key_serializer or app.conf.key_serializer
-    value_serializer = topic.value_serializer or app.conf.value_serializer
+    key_serializer = topic.key_serializer or app.conf.key_serializer  # type: ignore[attr-defined]
+    value_serializer = topic.value_serializer or app.conf.value_serializer  # type: ignore[attr-defined]
 
     def loads_key(raw: bytes) -> Any:
         return app.serializers.loads_key(topic.key_type, raw, serializer=key_serializer)
@@ -376,8 +376,8 @@ def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
 
     return SideCodec(
         side.name,
-        key_check(topic.key_type, key_serializer, loads_key),
-        value_form(topic.value_type, value_serializer, loads_value),
+        key_check(topic.key_type, key_serializer, loads_key),  # type: ignore[arg-type]
+        value_form(topic.value_type, value_serializer, loads_value),  # type: ignore[arg-type]
         timestamp=side.timestamp,
         record_id=side.id,
         validate=side.validate,

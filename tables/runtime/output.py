@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -47,8 +48,9 @@ class Collector:
         self.writer = PROCESS
 
     def audit(self, feed: list[tuple[int, Match]]) -> None:
-        """One audit record per result handed to the handler (tables/operators/audit.py), sent with
-        the batch's output to the result's partition of the audit topic."""
+        """One audit record per result handed to the handler (`audit_value` below; its fingerprint:
+        tables/operators/base.py), sent with the batch's output to the result's partition of the
+        audit topic."""
         audited, writer = self.audited, self.writer
         for partition, match in feed:
             audited.setdefault(partition, []).append((match.key, audit_value(partition, match, writer), ()))
@@ -60,7 +62,7 @@ class Collector:
         producer = producer_of(self.app)
         size = self.send_batch_bytes
         outbox, self.outbox[:] = list(self.outbox), []
-        acks: list[tuple[object, int]] = []
+        acks: list[tuple[Awaitable[Any], int]] = []
         for (topic, partition), records in (await self._by_partition(outbox)).items():
             acks += await start_sending(producer, topic, partition, records, batch_bytes=size)
             await asyncio.sleep(0)  # encoding a batch's results per partition: the loop's turn between
@@ -76,10 +78,10 @@ class Collector:
             self.stats.dead_letters[letter[5].category] += 1
         await self.app.producer.flush()
         for future, _ in acks:
-            await future  # type: ignore[misc]
+            await future
         for futs, sent in faust_acks:
             try:
-                metadata = [(await future, count) for future, count in sent]  # type: ignore[misc]
+                metadata = [(await future, count) for future, count in sent]
             except BaseException as error:
                 fail_sends(futs, error)
                 raise
@@ -87,7 +89,7 @@ class Collector:
 
     async def _start_faust_sends(
         self, producer: Any, size: int
-    ) -> list[tuple[list[FutureMessage], list[tuple[object, int]]]]:
+    ) -> list[tuple[list[FutureMessage], list[tuple[Awaitable[Any], int]]]]:
         """Start producing the Faust messages the handler queued (its tables' changelogs), per
         topic and partition in the order queued; what to await and settle."""
         sends, self.faust_sends[:] = list(self.faust_sends), []

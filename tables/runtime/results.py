@@ -68,7 +68,7 @@ class Feed:
     index: int = 0  # next to hand out: everything before it has been asked past
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Future[None] | None = None
-    # Values of this batch's inputs built on arrival, by id of their bytes (JoinRunner.built):
+    # Values of this batch's inputs built on arrival, by id of their bytes (`Intake.built`):
     # a result takes one (once) instead of building it again from the same bytes.
     built: dict[int, tuple[bytes, Any]] = field(default_factory=dict)
 
@@ -125,7 +125,7 @@ class Serializers:
     def _key(self, topic: TopicT | str) -> Callable[[Any], bytes | None]:
         if isinstance(topic, str):
             return _plain
-        serializer = topic.key_serializer or self.app.conf.key_serializer
+        serializer = topic.key_serializer or self.app.conf.key_serializer  # type: ignore[attr-defined]
         dumps = self.app.serializers.dumps_key
 
         def key(value: Any) -> bytes | None:
@@ -133,14 +133,14 @@ class Serializers:
                 return value
             if serializer == "raw" and type(value) in (str, int):
                 return str(value).encode()
-            return dumps(topic.key_type, value, serializer=serializer)  # type: ignore[no-any-return]
+            return dumps(topic.key_type, value, serializer=serializer)
 
         return key
 
     def _value(self, topic: TopicT | str) -> Callable[[Any], bytes | None]:
         if isinstance(topic, str):
             return _plain
-        serializer = topic.value_serializer or self.app.conf.value_serializer
+        serializer = topic.value_serializer or self.app.conf.value_serializer  # type: ignore[attr-defined]
         dumps = self.app.serializers.dumps_value
 
         def value(obj: Any) -> bytes | None:
@@ -148,7 +148,7 @@ class Serializers:
                 return obj
             if serializer == "json" and type(obj) in (dict, list, str, int, float):
                 return _dumps(obj)
-            return dumps(topic.value_type, obj, serializer=serializer)  # type: ignore[no-any-return]
+            return dumps(topic.value_type, obj, serializer=serializer)
 
         return value
 

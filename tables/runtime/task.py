@@ -257,14 +257,15 @@ class JoinTask:
         log.critical("tandem: join %r stops the worker: %s", self.spec.name, exc, exc_info=exc)
         state = self.state
         for partition in state.actives() if state else []:
-            state.discard(partition)  # type: ignore[union-attr]
+            assert state is not None  # the loop runs only with a state
+            state.discard(partition)
             damaged = (
                 isinstance(exc, StoreCorruptError) and state.partitions[partition].store.path == exc.path
-            )  # type: ignore[union-attr]
+            )
             if damaged:
-                state.set_aside(partition, exc)  # type: ignore[union-attr, arg-type]
+                state.set_aside(partition, exc)  # type: ignore[arg-type]
         self.stats.failure = f"{exc.__class__.__name__}: {exc}"
-        await self.app.crash(exc)  # type: ignore[attr-defined]
+        await self.app.crash(exc)
 
     # -- one batch --------------------------------------------------------------------
 

@@ -113,7 +113,7 @@ class Runtime:
         # The connection before anything connects (the app's first start, before its services);
         # then, before the group is joined, the join's own check: it names the join and creates
         # the join's topics.
-        first_start = self.app.on_first_start
+        first_start = self.app.on_first_start  # type: ignore[attr-defined]
 
         async def on_first_start() -> None:
             await first_start()
@@ -121,13 +121,13 @@ class Runtime:
                 self._loop_lag = asyncio.create_task(self.loop_lag.run())
             await fatal_at_start(self._check_connection)
 
-        self.app.on_first_start = on_first_start  # type: ignore[method-assign]
+        self.app.on_first_start = on_first_start  # type: ignore[attr-defined]
         add_start_check(self.app, lambda: fatal_at_start(self._before_joining))
         install(self.app, local_offsets=self.local_offsets)  # the group protocol (checks the internals)
         take_records(self.app, self)  # the runtime's own consumer: join input taken whole
         guard_table_stores(self.faust_stores.open)
-        self.app.on_partitions_assigned.connect(self._on_assigned)
-        self.app.on_before_shutdown.connect(self._on_shutdown)
+        self.app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
+        self.app.on_before_shutdown.connect(self._on_shutdown)  # type: ignore[arg-type]
         self._installed = True
 
     # -- RecordTaker (called by the consumer, on the app's loop) --------------------------
@@ -234,7 +234,7 @@ class Runtime:
         """The topic ids of the Faust tables' changelogs, for the check of their stores (a store
         from a changelog that was deleted and created again is set aside). Never raises: without
         them, only that check is lost."""
-        tables = self.app.tables.values()  # type: ignore[attr-defined]
+        tables = self.app.tables.values()
         changelogs = sorted({t.changelog_topic.get_topic_name() for t in tables})
         try:
             self.faust_stores.record_ids(await topic_ids(app_settings(self.app, "admin"), changelogs))

@@ -55,7 +55,7 @@ class StatePartition:
     def positions(self) -> dict[str, bytes]:
         """Input topic -> how far the state has taken that input's partition (encoded
         InputPosition), as last written or restored."""
-        found = dict(self.store.scan(POSITION, _POSITION_END))
+        found: dict[bytes, bytes | None] = dict(self.store.scan(POSITION, _POSITION_END))
         found |= {key: value for key, value in self.overlay.pending.items() if key.startswith(POSITION)}
         return {key[len(POSITION) :].decode(): value for key, value in found.items() if value is not None}
 

@@ -95,7 +95,7 @@ class Recovery:
         self.events: list[str] = []  # what restores found and did (log start moved, rebuilt)
 
     def _consumer(self) -> AIOKafkaConsumer:
-        return clients.consumer(  # type: ignore[no-any-return]
+        return clients.consumer(
             self.settings,
             enable_auto_commit=False,
             auto_offset_reset="earliest",

@@ -732,7 +732,7 @@ def _from_rocksdb(error: BaseException) -> bool:
     return type(error) is Exception or isinstance(error, OSError)
 
 
-def _open_error(path: Path, error: Exception) -> StoreError:
+def _open_error(path: Path, error: BaseException) -> StoreError:
     if error_number(error) in _ENVIRONMENT_ERRNOS or isinstance(error, NotADirectoryError):
         return StoreOpenError(path, f"cannot open state store {path}: {error}")
     reason = "rocksdb_corruption" if _is_corruption(error) else "rocksdb_open_failed"

@@ -46,9 +46,9 @@ def app_of(module: str) -> faust.App:
     name, _, attribute = module.partition(":")
     found = importlib.import_module(name)
     if attribute:
-        return getattr(found, attribute)  # type: ignore[no-any-return]
+        return getattr(found, attribute)
     if isinstance(getattr(found, "app", None), faust.App):
-        return found.app  # type: ignore[no-any-return]
+        return found.app
     apps = [value for value in vars(found).values() if isinstance(value, faust.App)]
     if len(apps) != 1:
         raise ValueError(
@@ -182,8 +182,8 @@ class LocalCluster:
             joins = [v["joins"].get(spec.name) for v in views]
             if any(j is None or j["restoring"] for j in joins):
                 return False
-            owned = sorted(p for j in joins for p in j["actives"])  # type: ignore[index]
-            count = next((j["partitions"] for j in joins if j and j["partitions"]), None)  # type: ignore[index]
+            owned = sorted(p for j in joins for p in j["actives"])
+            count = next((j["partitions"] for j in joins if j and j["partitions"]), None)
             if count is None or owned != list(range(count)):
                 return False
         return True

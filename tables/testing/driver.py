@@ -178,7 +178,7 @@ class _FaustProducer:
     async def flush(self) -> None:
         buffered, self._buffer = self._buffer, []
         for fut in buffered:
-            await fut.message.channel.publish_message(fut)  # type: ignore[attr-defined]
+            await fut.message.channel.publish_message(fut)
 
     def key_partition(self, topic: str, key: bytes) -> TP:
         return TP(topic, partition_for(key, self.log.counts.get(topic, self.log.partitions), "murmur2"))
@@ -243,7 +243,7 @@ class JoinTestDriver:
         internals.check()
         self._dir = Path(tempfile.mkdtemp(prefix=f"tandem-test-{self.spec.name}-"))
         self._saved_producer = self.app.producer
-        self.app.producer = _FaustProducer(self.log)  # type: ignore[assignment]
+        self.app.producer = _FaustProducer(self.log)  # type: ignore[assignment, misc]
         collect_handler_sends(self.app)
         for table in self.spec.tables:
             if table._data is None:  # type: ignore[attr-defined]
@@ -258,7 +258,7 @@ class JoinTestDriver:
             state.store.close()
         self._states = {}
         if self._saved_producer is not None:
-            self.app.producer = self._saved_producer
+            self.app.producer = self._saved_producer  # type: ignore[misc]
             self._saved_producer = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -382,7 +382,7 @@ class JoinTestDriver:
     def table(self, table: Any) -> dict[Any, Any]:
         """A Faust table the handler updates (the table, or its name), as a dict."""
         found = self.app.tables[table] if isinstance(table, str) else table
-        return dict(found.data.items())
+        return dict(found.data.items())  # type: ignore[union-attr]
 
     def counters(self) -> dict[str, Any]:
         """The join's counters, as a worker's view shows them: records read, results,
@@ -478,13 +478,13 @@ class JoinTestDriver:
     def _decode_key(self, topic: TopicT | None, raw: bytes | None) -> Any:
         if raw is None or topic is None:
             return raw
-        serializer = topic.key_serializer or self.app.conf.key_serializer
+        serializer = topic.key_serializer or self.app.conf.key_serializer  # type: ignore[attr-defined]
         return self.app.serializers.loads_key(topic.key_type, raw, serializer=serializer)
 
     def _decode_value(self, topic: TopicT | None, raw: bytes | None) -> Any:
         if raw is None or topic is None:
             return raw
-        serializer = topic.value_serializer or self.app.conf.value_serializer
+        serializer = topic.value_serializer or self.app.conf.value_serializer  # type: ignore[attr-defined]
         return self.app.serializers.loads_value(topic.value_type, raw, serializer=serializer)
 
 

@@ -85,7 +85,7 @@ def known_partitions(own: dict[str, Any], routing: dict[str, Any] | None) -> dic
 
 async def _routing(app: AppT) -> dict[str, Any] | None:
     """The leader's routing table as JSON (fetched from the leader if not here yet)."""
-    assignor = app.assignor
+    assignor: Any = app.assignor  # Tandem's when it has `own_assignment` (duck typing)
     table = getattr(assignor, "routing", None)
     if table is None and hasattr(assignor, "own_assignment"):
         table = await fetch_routing(assignor, timeout=FETCH_TIMEOUT_S)
@@ -218,7 +218,7 @@ def _with(workers: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 def _routing_owners(name: str, workers: list[dict[str, Any]], routing: dict[str, Any] | None) -> list[str]:
     if routing is None:
         return []
-    inputs = next((w["view"]["joins"][name]["inputs"] for w in _with(workers, name)), [])
+    inputs: list[Any] = next((w["view"]["joins"][name]["inputs"] for w in _with(workers, name)), [])
     for group in routing["groups"]:
         if inputs and inputs[0] in group["topics"]:
             return list(group["owners"])

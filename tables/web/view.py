@@ -199,7 +199,7 @@ def _member(app: AppT) -> dict[str, Any] | None:
 
 def _planner(app: AppT) -> dict[str, Any] | None:
     """What the leader plans with besides the members (None on the stock assignor)."""
-    assignor = app.assignor
+    assignor: Any = app.assignor  # Tandem's when it has `joins`; Faust's type does not declare them
     if not hasattr(assignor, "joins"):
         return None
     settings = assignor.settings

@@ -23,7 +23,8 @@ Every refusal is one log line starting with `refused`, naming the client id of a
 request where it can be read: `SecuredBroker.refusals()` lists them, so a test can show
 that no client of an app bypassed its settings.
 
-The proxy runs as its own process (`python -m tables.testing.secure --config FILE`),
+The proxy runs as its own process (`python -m tests.secure_kafka --config FILE`, from the
+repository's root: this is test scaffolding, not part of the installed library),
 started and stopped by pid like the broker: a test that crashes or hangs cannot leave a
 thread with sockets behind in the test process. `KafkaFrontProxy` is the same proxy as an
 asyncio object, for use inside a running loop.
@@ -861,12 +862,20 @@ async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
 
 # -- the proxy as a process -------------------------------------------------------------------
 
-_MODULE = __spec__.name if __spec__ is not None else "tables.testing.secure"
+_MODULE = __spec__.name if __spec__ is not None else "tests.secure_kafka"
+# The repository's root: `python -m tests.secure_kafka` finds the module from any cwd.
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _with_root_on_path(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment with the repository's root first on PYTHONPATH (the module is not installed)."""
+    path = [str(_ROOT), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
 @dataclass
 class ProxyProcess:
-    """`KafkaFrontProxy` in its own process (`python -m tables.testing.secure`), stopped by pid.
+    """`KafkaFrontProxy` in its own process (`python -m tests.secure_kafka`), stopped by pid.
 
     Its settings, passwords included, go in a JSON file readable only by this user, never on
     the command line; its log (one `refused ...` line per refusal) is at `log_path`."""
@@ -912,6 +921,7 @@ class ProxyProcess:
         with self.log_path.open("ab") as log_file:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", _MODULE, "--config", str(config_path)],
+                env=_with_root_on_path(os.environ),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -1085,7 +1095,7 @@ class SecuredBroker:
         lines = [f"{key}={value}" for key, value in self.client_properties(mechanism).items()]
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as out:
-            out.write("# written by tables.testing.secure.SecuredBroker\n" + "\n".join(lines) + "\n")
+            out.write("# written by tests.secure_kafka.SecuredBroker\n" + "\n".join(lines) + "\n")
         return path
 
     def refusals(self) -> list[str]:
