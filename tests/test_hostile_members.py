@@ -252,6 +252,8 @@ def test_tandem_members_under_the_faust_name_plan_with_tandem_beside_garbage(nam
     out = members["m1"].stock.assign(Cluster({IMP: 6, CLK: 6}), group)
     stock_like = name in ("claims beyond the topic", "null fields", "wrong shapes")
     assert all(wire.is_tandem(a.user_data) != stock_like for a in out.values())
+    if not stock_like:  # and every member can read its own
+        assert all(wire.decode_assignment(a.user_data).epoch <= wire.MAX_EPOCH + 1 for a in out.values())
     owned = sorted(p for a in out.values() for t, ps in a.assignment if t == IMP for p in ps)
     assert owned == list(range(6))
 
