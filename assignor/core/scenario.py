@@ -188,6 +188,9 @@ def _float_safe_capacities(members: list[Member], warnings: Warnings) -> list[Me
     if not members:
         return members
     top = max(m.capacity for m in members)
+    low = min(m.capacity for m in members)
+    if Fraction(1, 2**512) <= top <= 2**512 and low * _CAPACITY_SPREAD >= top:
+        return members  # the usual case: nothing to do (and no Fraction arithmetic per member)
     shift = Fraction(2) ** (top.numerator.bit_length() - top.denominator.bit_length())
     floor = Fraction(1, _CAPACITY_SPREAD)
     out = []
