@@ -21,6 +21,7 @@ planner may break the tie differently from this prediction; likewise for new mem
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
 from collections.abc import Mapping
@@ -136,8 +137,8 @@ def fetch_group(worker_url: str, timeout: float = 10.0) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             body = response.read()
-    except (OSError, ValueError) as exc:
-        raise WhatIfError(f"cannot read the group from {url}: {exc}") from exc
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # HTTPException: not HTTP
+        raise WhatIfError(f"cannot read the group from {url}: {type(exc).__name__}: {exc}") from exc
     try:
         found = json.loads(body)
     except (ValueError, RecursionError) as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -251,3 +252,26 @@ def test_what_if_prints_labels_with_control_characters_escaped(served: Served) -
     assert "\x1b" not in out and "\x07" not in out
     assert "a\\x1b[2J\\x07" in out and "host\\nwarning: forged line" in out
     assert not any(line.startswith("warning: forged") for line in out.splitlines())
+
+
+def test_what_if_answers_a_server_that_does_not_speak_http_with_one_line_and_exit_2() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_garbage() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"\x1b[2Jnot http at all\r\n\r\n")
+
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    try:
+        done = run("what-if", "--worker", f"http://127.0.0.1:{port}", "--leave", "a")
+    finally:
+        listener.close()
+    err = done.stderr.decode()
+    assert (
+        done.returncode == 2 and err.startswith("what-if: cannot read the group") and err.count("\n") == 1
+    ), err
+    assert "\x1b" not in err
