@@ -239,9 +239,9 @@ class Limits:
 
     @property
     def max_body(self) -> int:
-        """Bytes a real subscription's body can need: its labels, the topic names, and at most
-        an active, a standby and an offset (a delta, a delta and a delta plus an offset, 24
-        bytes at most) for every partition of the group, with room to spare."""
+        """Bytes a real subscription's body can need, with room to spare: its labels, the topic
+        names, and for each partition of the group at most an active, a standby and a local
+        offset (three deltas and an offset: 24 bytes at most)."""
         names = sum(len(t.encode("utf-8", "replace")) + 4 for t in self.counts)
         return 16 * 1024 + 3 * MAX_LABEL + 2 * names + 32 * self.partitions
 
