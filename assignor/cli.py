@@ -91,7 +91,12 @@ def _read(path: str, stdin: TextIO) -> tuple[Any, str | None]:
     except UnicodeDecodeError as exc:
         return None, f"scenario is not UTF-8 text: {exc.reason} at byte {exc.start}"
     try:
-        return json.loads(text, parse_int=_json_int), None
+        try:
+            return json.loads(text), None
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # an integer longer than int() reads: again, reading those apart
+            return json.loads(text, parse_int=_json_int), None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         return None, f"scenario is not valid JSON: {one_line(str(exc))}"
 
