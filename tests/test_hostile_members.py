@@ -9,7 +9,9 @@ workers on the embedded broker: tests/test_reliability_hostile_member.py.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -324,3 +326,44 @@ def test_fuzz_assign_never_raises_and_the_good_members_keep_a_sound_plan(evil: l
     assert set(owners) == {(t, p) for t in TOPICS for p in range(6)}
     assert sorted(p for own in plan.values() for p in own.standby.get(CL, [])) == list(range(6))
     assert all(own.epoch <= wire.MAX_EPOCH + 1 for own in plan.values())
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+stock_shaped = st.fixed_dictionaries(
+    {},
+    optional={
+        "assignment": st.fixed_dictionaries({}, optional={"actives": json_values, "standbys": json_values})
+        | json_values,
+        "url": json_values,
+        "changelog_distribution": json_values,
+        "tandem": json_values | payloads.map(lambda b: base64.b64encode(b).decode()),
+    },
+)
+stock_payloads = st.one_of(
+    st.binary(max_size=200),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    stock_shaped.map(lambda v: json.dumps(v).encode()),
+)
+
+
+@given(stock_payloads, st.booleans())
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_fuzz_the_stock_protocol_never_raises(data: bytes, with_stock_member: bool) -> None:
+    """Random bytes, random JSON and stock-shaped JSON with any values, beside a Tandem
+    member under the faust name and (or not) a real stock one."""
+    logging.getLogger("assignor").setLevel(logging.ERROR)
+    try:
+        ours = make_leader()
+        group = {"tandem": ours.stock.metadata({IMP, CLK})}
+        if with_stock_member:
+            group["stock"] = _stock_member("http://stock:6066")
+        group["evil"] = ConsumerProtocolMemberMetadata(4, [IMP, CLK], data)
+        out = ours.stock.assign(Cluster({IMP: 6, CLK: 6}), group)
+    finally:
+        logging.getLogger("assignor").setLevel(logging.NOTSET)
+    owned = sorted(p for a in out.values() for t, ps in a.assignment if t == IMP for p in ps)
+    assert owned == list(range(6))
