@@ -5,14 +5,15 @@ change would do to a live group (assignor/whatif.py); changes nothing."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from assignor.core.plan import PlanResult, plan_with_stats
-from assignor.whatif import Change, WhatIfError, fetch_group, predict, render
+from assignor.whatif import Change, WhatIfError, fetch_group, one_line, predict, render
 
 
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
@@ -29,8 +30,24 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
     result = plan_with_stats(raw)
     if problem:
         result.assignment["warnings"].insert(0, problem)
-    print(render_summary(raw, result) if args.summary else json.dumps(result.assignment, indent=2))
+    with _long_integers_printable(result.assignment["epoch"]):
+        print(render_summary(raw, result) if args.summary else json.dumps(result.assignment, indent=2))
     return 0
+
+
+@contextlib.contextmanager
+def _long_integers_printable(epoch: int) -> Iterator[None]:
+    """The output's epoch is one more than the input's highest: 4,301 digits when that had
+    4,300 (the most the input reads), one more than Python prints by default."""
+    if not isinstance(epoch, int) or epoch.bit_length() < 14_000:
+        yield
+        return
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(limit)
 
 
 def _add_what_if(commands: Any) -> None:
@@ -58,22 +75,53 @@ def what_if(args: argparse.Namespace) -> int:
     try:
         steps = predict(fetch_group(args.worker), change)
     except WhatIfError as exc:
-        print(f"what-if: {exc}", file=sys.stderr)
+        print(f"what-if: {one_line(str(exc))}", file=sys.stderr)
         return 2
     print(json.dumps([s.as_dict() for s in steps], indent=2) if args.json else render(steps))
     return 0
 
 
 def _read(path: str, stdin: TextIO) -> tuple[Any, str | None]:
-    """The decoded scenario, or None and why it could not be read (still exit 0)."""
+    """The decoded scenario, or None and why it could not be read (still exit 0: the planner
+    answers any input with the best valid assignment and warnings, docs/scenario-format.md)."""
     try:
         text = stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         return None, f"cannot read scenario {path!r}: {exc.strerror}"
+    except UnicodeDecodeError as exc:
+        return None, f"scenario is not UTF-8 text: {exc.reason} at byte {exc.start}"
     try:
-        return json.loads(text), None
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return None, f"scenario is not valid JSON: {exc}"
+        try:
+            return json.loads(text), None
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # an integer longer than int() reads: again, reading those apart
+            return json.loads(text, parse_int=_json_int), None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        return None, f"scenario is not valid JSON: {one_line(str(exc))}"
+
+
+class TooLongInteger(float):
+    """An integer literal longer than Python reads (4,300 digits): the infinity of its sign,
+    which the planner refuses like any value that is not a number, with a warning showing it
+    by its length (a traceback before)."""
+
+    digits: int
+
+    def __new__(cls, text: str) -> TooLongInteger:
+        found = super().__new__(cls, "-inf" if text.startswith("-") else "inf")
+        found.digits = len(text.lstrip("-"))
+        return found
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits:,} digits>"
+
+
+def _json_int(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() reads
+        return TooLongInteger(text)
 
 
 def render_summary(raw: Any, result: PlanResult) -> str:
@@ -87,8 +135,8 @@ def render_summary(raw: Any, result: PlanResult) -> str:
     for member in members:
         host = info.get(member, {}).get("host", member) if isinstance(info.get(member), dict) else member
         row = (
-            member,
-            str(host),
+            one_line(member),
+            one_line(str(host)),
             str(result.stats.actives.get(member, 0)),
             str(result.stats.standbys.get(member, 0)),
         )
@@ -105,7 +153,7 @@ def render_summary(raw: Any, result: PlanResult) -> str:
     ]
     if pending is not None:
         lines += _pending_lines(pending, counts, list(members))
-    lines += [f"warning: {w}" for w in result.assignment["warnings"]]
+    lines += [f"warning: {one_line(w)}" for w in result.assignment["warnings"]]
     return "\n".join(lines)
 
 
@@ -124,6 +172,7 @@ def _pending_lines(pending: list[dict[str, Any]], counts: list[int], members: li
     ]
     for move in pending:
         how = "warm-up replica" if move["warmup"] else "waits for a warm-up slot"
-        task = f"{'+'.join(move['topics'])}#{move['partition']}"
-        lines.append(f"  {task}: stays on {move['from']}, moves to {move['to']} once caught up ({how})")
+        task = one_line(f"{'+'.join(move['topics'])}#{move['partition']}")
+        giver, taker = one_line(move["from"]), one_line(move["to"])
+        lines.append(f"  {task}: stays on {giver}, moves to {taker} once caught up ({how})")
     return lines

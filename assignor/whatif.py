@@ -21,6 +21,7 @@ planner may break the tie differently from this prediction; likewise for new mem
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
 from collections.abc import Mapping
@@ -43,6 +44,22 @@ GROUP_PATH = "/tandem/group.json"
 
 class WhatIfError(RuntimeError):
     """The group could not be read, or the change names no member of it."""
+
+
+# What reading a group.json of the wrong shape raises (a member's view is another process's).
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError)
+MAX_SHOWN = 200  # characters of a malformed value shown in the one-line error
+
+
+def one_line(text: str) -> str:
+    """Text for one terminal line: control characters (newlines, escapes) shown escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _malformed(exc: BaseException) -> WhatIfError:
+    what = one_line(f"{type(exc).__name__}: {exc}")
+    what = what if len(what) <= MAX_SHOWN else what[: MAX_SHOWN - 3] + "..."
+    return WhatIfError(f"malformed {GROUP_PATH} ({what}); is the worker a Tandem worker of this version?")
 
 
 @dataclass(frozen=True)
@@ -119,9 +136,16 @@ def fetch_group(worker_url: str, timeout: float = 10.0) -> dict[str, Any]:
     url = worker_url.rstrip("/") + GROUP_PATH
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            return dict(json.loads(response.read()))
-    except (OSError, ValueError) as exc:
-        raise WhatIfError(f"cannot read the group from {url}: {exc}") from exc
+            body = response.read()
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # HTTPException: not HTTP
+        raise WhatIfError(f"cannot read the group from {url}: {type(exc).__name__}: {exc}") from exc
+    try:
+        found = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise _malformed(exc) from None
+    if not isinstance(found, dict):
+        raise _malformed(TypeError(f"a JSON {type(found).__name__}, not an object"))
+    return found
 
 
 @dataclass
@@ -215,7 +239,15 @@ def scenario_of(group: Group) -> dict[str, Any]:
 
 
 def predict(snapshot: Mapping[str, Any], change: Change) -> list[Step]:
-    """The rebalance(s) the change would cause, planned; nothing is sent to the group."""
+    """The rebalance(s) the change would cause, planned; nothing is sent to the group.
+    Raises WhatIfError (one line) for a snapshot of the wrong shape."""
+    try:
+        return _predict(snapshot, change)
+    except MALFORMED as exc:
+        raise _malformed(exc) from None
+
+
+def _predict(snapshot: Mapping[str, Any], change: Change) -> list[Step]:
     group = read_group(snapshot)
     if change.kind in ("leave", "restart") and change.name not in group.members:
         known = ", ".join(sorted(group.members))
@@ -418,7 +450,7 @@ def render(steps: list[Step]) -> str:
         lines += [f"warning: {w}" for w in step.warnings]
         lines.append("")
     lines.append("Nothing was changed in the group.")
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)  # labels are the workers' own text
 
 
 def _table(moves: list[WorkerMoves]) -> list[str]:
@@ -437,8 +469,9 @@ def _table(moves: list[WorkerMoves]) -> list[str]:
                 replay,
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    shown = [[one_line(str(c)) for c in row] for row in rows]  # widths of what is printed
+    widths = [max(len(r[i]) for r in shown) for i in range(len(shown[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in shown]
 
 
 def _parts(partitions: list[int]) -> str:

@@ -23,13 +23,18 @@ Three messages:
 
 Decoders raise :class:`WireError` for anything they cannot read;
 :func:`read_subscription` turns that into "no history" with a warning, so
-the leader never crashes on a member's bytes.
+the leader never crashes on a member's bytes. Given the group's :class:`Limits`
+(the real topics and their partition counts), it also bounds the work a
+subscription can cost the leader to O(partitions in the group), whatever the
+bytes, and drops whatever the subscription claims outside those topics
+(docs/reliability.md, "Hostile input: the group and the leader").
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import operator
 import re
 import struct
@@ -49,6 +54,15 @@ FLAG_ZLIB = 0x01
 KIND_SUBSCRIPTION, KIND_ASSIGNMENT, KIND_ROUTING = 1, 2, 3
 HEADER = struct.Struct(">2sBB")
 MAX_BODY = 64 * 1024 * 1024  # refuse zip bombs: no real body comes near this
+# Every varint holds an unsigned 64-bit value (10 bytes at most): the writer refuses more, so
+# whatever a leader encodes, every member decodes.
+MAX_VARINT = 2**64 - 1
+# The highest epoch a leader accepts from a member: the next one (max + 1) still fits a varint,
+# and leaves room for 2**62 more rebalances, which no group will ever see.
+MAX_EPOCH = 2**62
+# A member's url, host or rack longer than this is ignored (no real one comes near it).
+MAX_LABEL = 1024
+MAX_PROBLEMS_SHOWN = 5  # a forged subscription's warning names its first problems only
 # zlib only pays on bodies this large: a member's own assignment is usually smaller, and a
 # level-9 deflate setup per member cost the leader more than its whole encoding.
 MIN_COMPRESSED = 256
@@ -142,6 +156,8 @@ class _Writer:
     def uint(self, value: int) -> None:
         if value < 0:
             raise WireError(f"negative value {value} where an unsigned one belongs")
+        if value > MAX_VARINT:
+            raise WireError(f"value {value:#x} does not fit the 64 bits of a varint")
         while value >= 0x80:
             self.buf.append((value & 0x7F) | 0x80)
             value >>= 7
@@ -209,10 +225,47 @@ class _Writer:
 # ---------------------------------------------------------------- reader
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What the leader knows of the group before it reads a member's subscription: the
+    partition count of every topic it plans. A subscription can then cost the leader only
+    O(partitions in the group) of work and memory, whatever its bytes (docs/reliability.md)."""
+
+    counts: Mapping[str, int]
+
+    @property
+    def partitions(self) -> int:
+        return sum(max(0, n) for n in self.counts.values())
+
+    @property
+    def max_body(self) -> int:
+        """Bytes a real subscription's body can need, with room to spare: its labels, the topic
+        names, and for each partition of the group at most an active, a standby and a local
+        offset (three deltas and an offset: 24 bytes at most)."""
+        names = sum(len(t.encode("utf-8", "replace")) + 4 for t in self.counts)
+        return 16 * 1024 + 3 * MAX_LABEL + 2 * names + 32 * self.partitions
+
+    @property
+    def max_items(self) -> int:
+        """Partitions a real subscription lists in all: each of the group's at most three times
+        (active, standby, changelog offset)."""
+        return 1024 + 3 * self.partitions
+
+
 class _Reader:
-    def __init__(self, data: bytes, kind: int, versions: tuple[int, ...] = (VERSION,)) -> None:
-        self.version, self.data = _body(data, versions)
+    def __init__(
+        self,
+        data: bytes,
+        kind: int,
+        versions: tuple[int, ...] = (VERSION,),
+        max_body: int = MAX_BODY,
+        max_items: int | None = None,
+    ) -> None:
+        self.version, self.data = _body(data, versions, max_body)
         self.pos = 0
+        # Partitions the decoded message may hold in all (a topic repeated in one entry would
+        # copy its list again each time): linear in the body unless the caller bounds it.
+        self.items_left = 64 * len(self.data) + 4096 if max_items is None else max_items
         if self.uint() != kind:
             raise WireError(f"not a message of kind {kind}")
         self.names = [self.text() for _ in range(self.count())]
@@ -256,6 +309,8 @@ class _Reader:
                         raise IndexError
                     byte = data[pos]
                     pos += 1
+                if shift == 63 and byte > 1:  # a tenth byte above 1: more than 64 bits
+                    raise IndexError
                 append(value | byte << shift)
                 left -= 1
         except IndexError:
@@ -303,12 +358,21 @@ class _Reader:
         n = self.count()
         return list(map(operator.add, itertools.accumulate(self.uints(n)), range(n)))
 
+    def spend(self, items: int) -> None:
+        """Charge decoded partitions to the message's budget."""
+        self.items_left -= items
+        if self.items_left < 0:
+            raise WireError("lists more partitions than the group has (a topic repeated?)")
+
     def topic_partitions(self) -> TopicPartitions:
         result: TopicPartitions = {}
         for _ in range(self.count()):
             topics = [self.topic() for _ in range(self.count())]
             parts = self.partitions()
             for topic in topics:
+                if topic in result:  # the writer names a topic once: this one is forged
+                    raise WireError(f"topic {topic!r} listed twice")
+                self.spend(len(parts))
                 result[topic] = list(parts)
         return result
 
@@ -317,7 +381,7 @@ class _Reader:
             raise WireError(f"{len(self.data) - self.pos} trailing bytes")
 
 
-def _body(data: bytes, versions: tuple[int, ...]) -> tuple[int, bytes]:
+def _body(data: bytes, versions: tuple[int, ...], max_body: int = MAX_BODY) -> tuple[int, bytes]:
     if len(data) < HEADER.size:
         raise WireError(f"{len(data)} bytes: shorter than the header")
     magic, version, flags = HEADER.unpack_from(data)
@@ -326,16 +390,18 @@ def _body(data: bytes, versions: tuple[int, ...]) -> tuple[int, bytes]:
     if version not in versions:
         readable = " or ".join(map(str, versions))
         raise WireError(f"wire version {version}; this worker reads version {readable} here")
+    if len(data) - HEADER.size > max_body:
+        raise WireError(f"{len(data) - HEADER.size} bytes of body, more than the {max_body} allowed")
     body = bytes(data[HEADER.size :])
     if not flags & FLAG_ZLIB:
         return version, body
     try:
         inflater = zlib.decompressobj()
-        out = inflater.decompress(body, MAX_BODY)
+        out = inflater.decompress(body, max_body)  # never inflates more than that
     except zlib.error as exc:
         raise WireError(f"bad zlib body: {exc}") from exc
     if inflater.unconsumed_tail or not inflater.eof:
-        raise WireError("zlib body truncated or larger than allowed")
+        raise WireError(f"zlib body truncated or larger than the {max_body} bytes allowed")
     return version, out
 
 
@@ -365,8 +431,13 @@ def encode_subscription(sub: Subscription) -> bytes:
     return w.finish(KIND_SUBSCRIPTION)
 
 
-def decode_subscription(data: bytes) -> Subscription:
-    r = _Reader(data, KIND_SUBSCRIPTION)
+def decode_subscription(data: bytes, limits: Limits | None = None) -> Subscription:
+    """The subscription in ``data``; with ``limits``, refused (WireError) if its body or the
+    partitions it lists are more than any real member of that group can need."""
+    if limits is None:
+        r = _Reader(data, KIND_SUBSCRIPTION)
+    else:
+        r = _Reader(data, KIND_SUBSCRIPTION, max_body=limits.max_body, max_items=limits.max_items)
     epoch = r.uint()
     url, host, rack = r.text(), r.text(), r.text()
     capacity = r.double()
@@ -374,22 +445,101 @@ def decode_subscription(data: bytes) -> Subscription:
     offsets: dict[str, dict[int, int]] = {}
     for _ in range(r.count()):
         topic = r.topic()
+        if topic in offsets:
+            raise WireError(f"offsets of topic {topic!r} listed twice")
         partitions = r.partitions()
+        r.spend(len(partitions))
         offsets[topic] = dict(zip(partitions, r.sints(len(partitions)), strict=True))
     r.end()
     return Subscription(epoch, url, host, rack, capacity, active, standby, offsets)
 
 
-def read_subscription(data: bytes | None, member: str) -> tuple[Subscription, str | None]:
-    """Decode a member's subscription; unreadable bytes mean "no history", with a warning."""
+def read_subscription(
+    data: bytes | None, member: str, limits: Limits | None = None
+) -> tuple[Subscription, str | None]:
+    """Decode a member's subscription; unreadable bytes mean "no history", with a warning.
+
+    With ``limits`` (the leader's), the decoding is bounded by the group's size, and what the
+    subscription says is checked against the group's real topics (:func:`checked`): anything
+    invalid is ignored, with a warning naming the member."""
     if not data:
         return NO_HISTORY, None  # a new member that has nothing to tell
     try:
-        return decode_subscription(data), None
+        sub = decode_subscription(data, limits)
     except WireError as exc:
         warning = f"member {member}: unreadable subscription user data ({exc}); no history"
         log.warning("%s", warning)
         return NO_HISTORY, warning
+    if limits is None:
+        return sub, None
+    sub, problems = checked(sub, limits)
+    if not problems:
+        return sub, None
+    shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        shown += f"; and {len(problems) - MAX_PROBLEMS_SHOWN} more"
+    warning = f"member {member}: subscription user data ignored in part: {shown}"
+    log.warning("%s", warning)
+    return sub, warning
+
+
+def checked(sub: Subscription, limits: Limits) -> tuple[Subscription, list[str]]:
+    """The subscription with what cannot be true of this group left out, and what was: an
+    epoch above MAX_EPOCH (then 0), a capacity that is not a positive number (then 1), an
+    over-long label (then none), and claims or offsets of topics the group does not plan or of
+    partitions those topics do not have."""
+    problems: list[str] = []
+    epoch, capacity = sub.epoch, sub.capacity
+    if epoch > MAX_EPOCH:
+        problems.append(f"epoch {epoch} above {MAX_EPOCH} (epoch 0 used)")
+        epoch = 0
+    if not (math.isfinite(capacity) and capacity > 0):
+        problems.append(f"capacity {capacity!r} is not a positive number (1 used)")
+        capacity = 1.0
+    labels = {"url": sub.url, "host": sub.host, "rack": sub.rack}
+    for name, value in labels.items():
+        if len(value) > MAX_LABEL:
+            problems.append(f"{name} of {len(value)} characters, more than {MAX_LABEL}")
+            labels[name] = ""
+    active = _known(sub.previous_active, limits.counts, "previous active", problems)
+    standby = _known(sub.previous_standby, limits.counts, "previous standby", problems)
+    offsets: dict[str, dict[int, int]] = {}
+    for topic, by_partition in sub.local_offsets.items():
+        count = limits.counts.get(topic, 0)
+        kept = {p: o for p, o in by_partition.items() if p < count}
+        if len(kept) < len(by_partition):
+            problems.append(
+                f"{len(by_partition) - len(kept)} local offset(s) of {_shown(topic)} not in the group"
+            )
+        if kept:
+            offsets[topic] = kept
+    if not problems:
+        return sub, problems
+    return Subscription(
+        epoch, labels["url"], labels["host"], labels["rack"], capacity, active, standby, offsets
+    ), problems
+
+
+def _shown(name: str, limit: int = 60) -> str:
+    """A topic name as a warning shows it: repr'd (control characters escaped), cut short."""
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _known(
+    claims: TopicPartitions, counts: Mapping[str, int], name: str, problems: list[str]
+) -> TopicPartitions:
+    """Claims of the group's topics, on partitions those topics have."""
+    kept: TopicPartitions = {}
+    for topic, partitions in claims.items():
+        count = counts.get(topic, 0)
+        valid = [p for p in partitions if p < count]
+        if len(valid) < len(partitions):
+            dropped = len(partitions) - len(valid)
+            problems.append(f"{name} claims {dropped} partition(s) of {_shown(topic)} not in the group")
+        if valid:
+            kept[topic] = valid
+    return kept
 
 
 def encode_assignment(assignment: Assignment) -> bytes:

@@ -428,9 +428,9 @@ def test_the_collector_is_paused_while_the_leader_assigns(monkeypatch: Any) -> N
     seen: list[bool] = []
     real = faust_adapter.wire.read_subscription
 
-    def spy(data: bytes | None, member: str) -> Any:
+    def spy(data: bytes | None, member: str, limits: Any = None) -> Any:
         seen.append(gc.isenabled())
-        return real(data, member)
+        return real(data, member, limits)
 
     monkeypatch.setattr(faust_adapter.wire, "read_subscription", spy)
     apps = {m: make_app() for m in ("w1", "w2")}

@@ -162,7 +162,8 @@ def test_random_bytes_never_raise(data: bytes) -> None:
 
 
 def _reference_varints(data: bytes, n: int) -> list[int] | None:
-    """LEB128 decoded one byte at a time (at most 10 bytes each); None if truncated or overlong."""
+    """LEB128 decoded one byte at a time (at most 10 bytes, 64 bits each); None if truncated or
+    overlong."""
     values, pos = [], 0
     for _ in range(n):
         value = shift = 0
@@ -175,8 +176,22 @@ def _reference_varints(data: bytes, n: int) -> list[int] | None:
             if byte < 0x80:
                 break
             shift += 7
+        if value > wire.MAX_VARINT:
+            return None
         values.append(value)
     return values
+
+
+def test_a_varint_over_64_bits_is_refused_and_never_written() -> None:
+    """The finding's epoch of 2**70 - 1: read, planned + 1, written in 11 bytes no member read."""
+    body = wire.HEADER.pack(wire.MAGIC, wire.VERSION, 0) + bytes([wire.KIND_SUBSCRIPTION, 0])
+    top = body + b"\xff" * 9 + b"\x01" + b"\x00" * 3 + bytes(8) + b"\x00" * 3
+    assert decode_subscription(top).epoch == 2**64 - 1
+    over = body + b"\xff" * 9 + b"\x7f" + b"\x00" * 3 + bytes(8) + b"\x00" * 3
+    with pytest.raises(WireError, match="overlong"):
+        decode_subscription(over)
+    with pytest.raises(WireError, match="64 bits"):
+        encode_subscription(Subscription(epoch=2**64))
 
 
 @given(st.lists(st.one_of(st.integers(0, 127), st.integers(0, 2**64 - 1)), max_size=40), st.data())

@@ -6,6 +6,7 @@ sensible reading, so the planner on a group leader never crashes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -169,8 +170,42 @@ def parse_scenario(raw: Any) -> Scenario:
         standby = 0
     _warn_unknown_fields(raw, warnings)
     warmup = _parse_warmup(raw, topics, changelogs, warnings)
-    members = _parse_members(raw.get("members"), topics, changelogs, warnings)
+    members = _float_safe_capacities(
+        _parse_members(raw.get("members"), topics, changelogs, warnings), warnings
+    )
     return Scenario(topics, groups, standby, members, warnings, warmup)
+
+
+# Capacities are only ever compared as ratios; the planner's floats hold these ratios.
+_CAPACITY_SPREAD = 2**500
+
+
+def _float_safe_capacities(members: list[Member], warnings: Warnings) -> list[Member]:
+    """The capacities as the same ratios, within the range of a float (a capacity may be any
+    positive number: 1e400 written as an integer is one). All are divided by one power of two
+    (every quota stays exact); a capacity more than 2**500 times smaller than the largest is
+    raised to that, with a warning (a ratio no float holds)."""
+    if not members:
+        return members
+    top = max(m.capacity for m in members)
+    low = min(m.capacity for m in members)
+    if Fraction(1, 2**512) <= top <= 2**512 and low * _CAPACITY_SPREAD >= top:
+        return members  # the usual case: nothing to do (and no Fraction arithmetic per member)
+    shift = Fraction(2) ** (top.numerator.bit_length() - top.denominator.bit_length())
+    floor = Fraction(1, _CAPACITY_SPREAD)
+    out = []
+    for m in members:
+        capacity = m.capacity / shift
+        if capacity < floor:
+            warnings.member(
+                m.id,
+                "capacity",
+                f"member {m.id!r}: capacity more than 2**500 times smaller than the largest; "
+                "counted as the largest / 2**500",
+            )
+            capacity = floor
+        out.append(dataclasses.replace(m, capacity=capacity) if capacity != m.capacity else m)
+    return out
 
 
 def _warn_unknown_fields(raw: Mapping[Any, Any], warnings: Warnings) -> None:
@@ -481,12 +516,12 @@ def _parse_label(
 
 def _parse_capacity(member_id: str, value: Any, warnings: Warnings) -> Fraction:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and value > 0:
+    if ok and value > 0 and (isinstance(value, int) or math.isfinite(value)):  # no float() of a big int
         return _capacity(value)
     warnings.member(
         member_id,
         "capacity",
-        f"member {member_id!r}: capacity {shown(value)} is not positive; using 1",
+        f"member {member_id!r}: capacity {shown(value)} is not a positive number; using 1",
     )
     return Fraction(1)
 

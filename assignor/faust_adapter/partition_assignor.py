@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiokafka.cluster import ClusterMetadata
@@ -32,7 +32,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 from faust.assignor import PartitionAssignor
-from faust.assignor.client_assignment import ClientAssignment
+from faust.assignor.client_assignment import ClientAssignment, ClientMetadata
 from faust.exceptions import ImproperlyConfigured
 from faust.tables.manager import TableManager
 from faust.types import TP, AppT
@@ -207,31 +207,45 @@ class TandemAssignor(PartitionAssignor):
         cluster: ClusterMetadata,
         member_metadata: Mapping[str, ConsumerProtocolMemberMetadata],
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        """The leader's plan. Every member's user data is read within the group's limits and
+        checked against its real topics; a member whose data is garbage is planned as a member
+        with no history, with a warning naming it: no member's bytes make this raise."""
         # Decoding and encoding a thousand members' data allocates many small objects;
         # the cyclic collector would walk the leader's whole heap for them (as in plan()).
         with collector_paused():
-            members: dict[str, MemberInfo] = {}
-            for member, md in member_metadata.items():
-                state, _ = wire.read_subscription(md.user_data, member)
-                members[member] = MemberInfo(frozenset(md.subscription), state, int(md.version or 0))
+            limits = self.wire_limits(cluster, [md.subscription for md in member_metadata.values()])
+            members = {m: _member_info(m, md, limits) for m, md in member_metadata.items()}
             return self.assign_members(cluster, members)
+
+    def wire_limits(self, cluster: ClusterMetadata, subscriptions: Iterable[Iterable[str]]) -> wire.Limits:
+        """The real partition count of every topic this group plans: what bounds and checks
+        each member's subscription (assignor/wire.py, `Limits`)."""
+        return wire.Limits(self._topic_counts(cluster, {t for sub in subscriptions for t in sub}))
+
+    def _topic_counts(self, cluster: ClusterMetadata, subscribed: set[str]) -> dict[str, int]:
+        return topic_counts(
+            self.joins,
+            subscribed,
+            {t: len(cluster.partitions_for_topic(t) or ()) for t in subscribed},
+        )
 
     def assign_members(
         self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         with collector_paused():
-            return self._assign_members(cluster, members)
+            try:
+                return self._assign_members(cluster, members)
+            except Exception:  # the last line of defence: a plan without history beats no group
+                log.exception("tandem: planning with the members' history failed; planning without it")
+                fresh = {m: replace(info, state=wire.NO_HISTORY) for m, info in members.items()}
+                return self._assign_members(cluster, fresh)
 
     def _assign_members(
         self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         started = time.monotonic()
         subscribed = {t for info in members.values() for t in info.subscription}
-        counts = topic_counts(
-            self.joins,
-            subscribed,
-            {t: len(cluster.partitions_for_topic(t) or ()) for t in subscribed},
-        )
+        counts = self._topic_counts(cluster, subscribed)
         # Global tables are everywhere (as in stock Faust): not the planner's business.
         global_counts = {t: counts.pop(t) for t in self.global_changelogs() if t in counts}
         tables = self.table_changelogs()
@@ -469,7 +483,9 @@ class StockProtocol:
         cluster: ClusterMetadata,
         member_metadata: Mapping[str, ConsumerProtocolMemberMetadata],
     ) -> Mapping[str, ConsumerProtocolMemberAssignment]:
-        ours = {m: _hidden_subscription(md) for m, md in member_metadata.items()}
+        with collector_paused():
+            limits = self.tandem.wire_limits(cluster, [md.subscription for md in member_metadata.values()])
+            ours = {m: _hidden_subscription(m, md, limits) for m, md in member_metadata.items()}
         if all(state is not None for state in ours.values()):
             log.info("every member speaks Tandem: planning with Tandem under the faust protocol")
             members = {
@@ -477,7 +493,24 @@ class StockProtocol:
                 for m, md in member_metadata.items()
             }
             return self.tandem.assign_members(cluster, members)
-        return PartitionAssignor.assign(self.tandem, cluster, dict(member_metadata))
+        return self._stock_assign(cluster, member_metadata, limits)
+
+    def _stock_assign(
+        self,
+        cluster: ClusterMetadata,
+        member_metadata: Mapping[str, ConsumerProtocolMemberMetadata],
+        limits: wire.Limits,
+    ) -> Mapping[str, ConsumerProtocolMemberAssignment]:
+        """Stock Faust's plan, with each member's metadata rebuilt from what is valid in it
+        (stock Faust trusts it, and raised on 5 garbage payloads of 5); if stock Faust still
+        fails, the plan of members without history."""
+        clean = {m: _stock_metadata(m, md, limits.counts) for m, md in member_metadata.items()}
+        try:
+            return PartitionAssignor.assign(self.tandem, cluster, clean)
+        except Exception:
+            log.exception("tandem: stock Faust's plan failed; planning the members without history")
+            fresh = {m: _stock_metadata(m, md, {}) for m, md in member_metadata.items()}
+            return PartitionAssignor.assign(self.tandem, cluster, fresh)
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         if wire.is_tandem(assignment.user_data):
@@ -494,13 +527,86 @@ class StockProtocol:
         self.tandem._adopt(own, "faust", keep_distribution=True)
 
 
-def _hidden_subscription(md: ConsumerProtocolMemberMetadata) -> wire.Subscription | None:
+def _member_info(member: str, md: ConsumerProtocolMemberMetadata, limits: wire.Limits) -> MemberInfo:
+    """What the leader plans with for one member: its history if its user data is readable
+    and true of this group, none otherwise (read_subscription warns, naming the member)."""
     try:
-        hidden = json.loads(md.user_data).get(STOCK_KEY)
-        return wire.decode_subscription(base64.b64decode(hidden)) if hidden else None
-    except (ValueError, TypeError, AttributeError) as exc:
-        log.warning("unreadable Tandem data in stock metadata: %s", exc)
-        return None
+        state, _ = wire.read_subscription(md.user_data, member, limits)
+    except Exception as exc:  # read_subscription only raises on a bug: still no member's fault
+        log.warning("member %s: unreadable subscription user data (%r); no history", member, exc)
+        state = wire.NO_HISTORY
+    version = md.version if isinstance(md.version, int) and 0 <= md.version < 2**15 else 0
+    return MemberInfo(frozenset(md.subscription), state, version)
+
+
+def _hidden_subscription(
+    member: str, md: ConsumerProtocolMemberMetadata, limits: wire.Limits
+) -> wire.Subscription | None:
+    """The Tandem subscription a member hides in its stock metadata; None for stock Faust's
+    metadata (valid JSON without it). Anything unreadable is a member with no history (stock
+    Faust always sends valid JSON), with a warning naming the member."""
+    try:
+        body = json.loads(md.user_data)
+        if not isinstance(body, dict):
+            raise ValueError(f"JSON {type(body).__name__}, not an object")
+        if STOCK_KEY not in body:
+            return None
+        hidden = body[STOCK_KEY]
+        data = base64.b64decode(hidden, validate=True) if isinstance(hidden, str) else None
+        if not data:
+            raise ValueError("no base64 text under the Tandem key")
+    except Exception as exc:  # bad UTF-8, bad JSON, nesting past the recursion limit, bad base64
+        log.warning("member %s: unreadable stock metadata (%s); no history", member, _one_line(exc))
+        return wire.NO_HISTORY
+    return wire.read_subscription(data, member, limits)[0]
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one short log line (a member's garbage can be long, or hold newlines)."""
+    text = repr(exc)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _stock_metadata(
+    member: str, md: ConsumerProtocolMemberMetadata, counts: Mapping[str, int]
+) -> ConsumerProtocolMemberMetadata:
+    """Stock Faust metadata holding only what is valid in the member's: its url, and its
+    claims on partitions the group's topics have (``counts``). Anything else: no history."""
+    actives: dict[str, list[int]] = {}
+    standbys: dict[str, list[int]] = {}
+    url = ""
+    try:
+        body = json.loads(md.user_data)
+        assignment = body.get("assignment") if isinstance(body, dict) else None
+        if isinstance(assignment, dict):
+            actives = _stock_claims(assignment.get("actives"), counts)
+            standbys = _stock_claims(assignment.get("standbys"), counts)
+        found = body.get("url") if isinstance(body, dict) else None
+        url = found if isinstance(found, str) and len(found) <= wire.MAX_LABEL else ""
+    except Exception as exc:  # bad UTF-8, bad JSON, nesting past the recursion limit
+        log.warning("member %s: unreadable stock metadata (%s); no history", member, _one_line(exc))
+    metadata = ClientMetadata(
+        assignment=ClientAssignment(actives=actives, standbys=standbys),
+        url=url,
+        changelog_distribution={},
+        external_topic_distribution={},
+        topic_groups={},
+    )
+    return ConsumerProtocolMemberMetadata(md.version, list(md.subscription), metadata.dumps())
+
+
+def _stock_claims(found: Any, counts: Mapping[str, int]) -> dict[str, list[int]]:
+    """topic -> partitions claimed, keeping only real partitions of the group's topics."""
+    if not isinstance(found, dict):
+        return {}
+    claims: dict[str, list[int]] = {}
+    for topic, partitions in found.items():
+        count = counts.get(topic, 0)
+        if count and isinstance(partitions, list):
+            valid = sorted({p for p in partitions if type(p) is int and 0 <= p < count})
+            if valid:
+                claims[topic] = valid
+    return claims
 
 
 def _stats(planned: PlanStats, started: float) -> wire.RebalanceStats:
