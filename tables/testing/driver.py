@@ -42,7 +42,6 @@ from aiokafka.structs import RecordMetadata, TopicPartition
 from faust.tables.base import Collection
 from faust.types import TP, AppT, TopicT
 from faust.types.tuples import FutureMessage
-from yarl import URL
 
 from assignor.faust_adapter import internals
 from tables.api import runtime_of
@@ -223,6 +222,7 @@ class JoinTestDriver:
         self._offsets: dict[tuple[str, int], int] = {}
         self._handed: list[tuple[int, Match]] = []
         self._saved_producer: Any = None
+        self._saved_tables: list[tuple[Collection, Any]] = []
         self._serializers = _TrackingSerializers(self.app, self._topics)
         self._collector = Collector(spec, SEND_BATCH_BYTES, self.stats)
         self._collector.partitions = self.partitions
@@ -245,9 +245,7 @@ class JoinTestDriver:
         self._saved_producer = self.app.producer
         self.app.producer = _FaustProducer(self.log)  # type: ignore[assignment]
         collect_handler_sends(self.app)
-        for table in self.spec.tables:
-            if table._data is None:  # type: ignore[attr-defined]
-                table._store = URL("memory://")  # type: ignore[attr-defined]
+        self._use_memory_tables()
         for name in (self.spec.changelog_topic, self.spec.dead_letter_topic):
             self.log.counts[name] = self.partitions
         self._handler.start()
@@ -260,9 +258,22 @@ class JoinTestDriver:
         if self._saved_producer is not None:
             self.app.producer = self._saved_producer
             self._saved_producer = None
+        for table, data in self._saved_tables:
+            table._data = data  # type: ignore[attr-defined]
+        self._saved_tables = []
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+    def _use_memory_tables(self) -> None:
+        """Each Faust table the join updates gets a new, empty store in memory for this driver,
+        whatever the app's store (the app's own is put back at stop). Setting the table's store
+        URL is not enough: yarl's URL("memory://") is falsy, and Faust then falls back to the
+        app's store (RocksDB files in the current directory); and a store made once is kept by
+        the table, from one driver to the next, when the app lives at module level."""
+        for table in self.spec.tables:
+            self._saved_tables.append((table, table._data))  # type: ignore[attr-defined]
+            table._data = table._new_store_by_url("memory://")  # type: ignore[attr-defined]
 
     # -- input -----------------------------------------------------------------------------
 
@@ -508,4 +519,5 @@ def _millis(when: int | datetime | None) -> int:
     return int(when)
 
 
-internals.require(__name__, Collection, "_store", "_data", instance=True)
+internals.require(__name__, Collection, "_data", instance=True)
+internals.require(__name__, Collection, "_new_store_by_url")
