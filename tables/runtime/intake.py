@@ -19,14 +19,15 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from faust.types import TP, AppT
+from faust.types import TP
 
-from assignor.faust_adapter.consumer import InputRecord, committed_offsets
+from assignor.faust_adapter.consumer import InputRecord
 from tables.operators.base import Event, Side
 from tables.records.alignment import Aligner
 from tables.records.codecs import DROPPED, Rejected, SideCodec, key_check, value_form
 from tables.records.partitioners import find_misplaced, misplaced_reason
 from tables.records.positions import InputPosition
+from tables.runtime.ports import InputOffsets
 from tables.runtime.stats import JoinStats
 from tables.settings import RuntimeSettings
 from tables.spec import JoinInput, JoinSpec
@@ -43,9 +44,11 @@ Fetch = dict[TP, list[InputRecord]]
 class Intake:
     """The input side of one join on this worker."""
 
-    def __init__(self, spec: JoinSpec, settings: RuntimeSettings, stats: JoinStats) -> None:
+    def __init__(
+        self, spec: JoinSpec, settings: RuntimeSettings, stats: JoinStats, offsets: InputOffsets
+    ) -> None:
         self.spec = spec
-        self.app: AppT = spec.app
+        self.offsets = offsets  # the inputs' high watermarks and committed offsets
         self.settings = settings
         self.stats = stats
         self.sides: dict[str, Side] = {spec.left.name: "left", spec.right.name: "right"}
@@ -172,16 +175,13 @@ class Intake:
 
     def release(self, partition: int) -> list[Event]:
         """Held records of the partition now due, given how far each input has been read."""
-        consumer = self.app.consumer
-        committed = committed_offsets(self.app)
+        highwater = self.offsets.highwater
+        committed = self.offsets.committed()
         ends: dict[str, int | None] = {}
         starts: dict[str, int | None] = {}
         for topic in self.spec.input_topics:
             tp = TP(topic, partition)
-            try:
-                ends[topic] = consumer.highwater(tp)  # None until a fetch has seen it
-            except Exception:
-                ends[topic] = None
+            ends[topic] = highwater(tp)  # None until a fetch has seen it
             starts[topic] = committed.get(tp)
         return self.aligner.release(partition, ends, starts)
 
@@ -295,14 +295,11 @@ class Intake:
     def input_lag(self, partition: int) -> int | None:
         """Input records not yet taken into a batch, over the join's inputs (None: the end, or
         where reading starts, not known yet)."""
-        committed = committed_offsets(self.app)
+        committed = self.offsets.committed()
         total = 0
         for topic in self.spec.input_topics:
             tp = TP(topic, partition)
-            try:
-                high = self.app.consumer.highwater(tp)
-            except Exception:
-                return None
+            high = self.offsets.highwater(tp)
             position = self.read_next.get(tp)
             if position is None:
                 position = committed.get(tp)
