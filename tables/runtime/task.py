@@ -220,14 +220,17 @@ class JoinTask:
                 await self._process(fetches)
 
     async def advance(self, stream_time: int) -> None:
-        """Stream time moves to `stream_time` (ms) on every ready partition with no record (a
-        punctuation): what falls due by then is handed over and committed as a batch."""
+        """Stream time moves to `stream_time` (ms) without a record on every ready partition that
+        has seen one (a punctuation): what falls due by then is handed over and committed as a
+        batch."""
         async with self._working:
             state = self.state
             if state is None:
                 return
+            operators = {p: state.active(p).operator for p in state.actives() if p in state.ready}
+            # A partition that has seen no record holds nothing that could fall due.
             matches = {
-                p: state.active(p).operator.advance(stream_time) for p in state.actives() if p in state.ready
+                p: op.advance(stream_time) for p, op in operators.items() if op.stream_time is not None
             }
             await self._hand_over(matches, [], set(matches))
 
@@ -426,6 +429,11 @@ class JoinTask:
         self.start()
         self._restore = Restore(self.spec.name, self.state, self.rebalance, self.settings.restore_stall_s)
         self._restore.start(moves.to_restore, self._ready, self.fail)
+
+    async def restored(self) -> None:
+        """Until the partitions of the last assignment are restored (the test driver waits)."""
+        if self._restore is not None:
+            await self._restore.wait()
 
     def _ready(self, partition: int) -> None:
         self.held_back -= {TP(t, partition) for t in self.spec.input_topics}
