@@ -12,16 +12,19 @@
         assert t.table("totals")["alice"] == 42
         assert t.counters()["late"] == 0
 
-Everything runs as in a worker but the broker, which is replaced by an in-memory log:
-the join's declaration checks, its inputs' codecs and dead-letter rules (the partitioner
-check included), its operator (compiled where built, else pure Python) over its real state
-in RocksDB files (a temporary directory), the app's handler as its own supervised task
-(a result that makes it raise is dead-lettered), the handler's `send_soon`, its Faust
-`topic.send()`s and the Faust tables it updates (in memory), the output path that builds
-record batches, and the changelog written before the state. Records are joined in the
-order they are sent, each `send` as one batch (a worker also orders its inputs by event
-time; here the test chooses the order). Deterministic: the same sends in the same order
-give the same results.
+It runs the worker's own join task (`JoinTask` and its `Intake`: tables/runtime/task.py), with
+the broker replaced by the in-memory ports of tables/testing/memory.py: the join's
+declaration checks, its inputs' codecs and dead-letter rules (the partitioner check
+included), event-time alignment, pausing and re-read skipping, its operator (compiled where
+built, else pure Python) over its real state in RocksDB files (a temporary directory),
+restored from the changelog by the worker's restore code, the app's handler as its own
+supervised task (a result that makes it raise is dead-lettered), the handler's `send_soon`,
+its Faust `topic.send()`s and the Faust tables it updates (each driver gives them a new store
+in memory), the output path that builds record batches, and the changelog written before
+the state. Each `send` is fetched and joined at once, as one batch, every input then read to
+its end: records are joined in the order sent (`batched()`: several sends as one fetch,
+joined in event-time order across the inputs). Deterministic: the same sends in the same
+order give the same results.
 """
 
 from __future__ import annotations
