@@ -38,9 +38,10 @@ from faust.types import TP, AppT
 
 from assignor.faust_adapter.consumer import InputRecord
 from tables.operators.base import Event, Match, Operator, counters_of
+from tables.records.sides import Letter
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler
-from tables.runtime.intake import Fetch, Intake, Letter
+from tables.runtime.intake import Fetch, Intake
 from tables.runtime.output import PROCESS, Collector
 from tables.runtime.ports import InputOffsets, Producer
 from tables.runtime.restore import Restore, rebalance_of

@@ -48,7 +48,6 @@ from tables.kafka.handler_sends import collect_handler_sends
 from tables.operators.base import Match, Side
 from tables.records.codecs import MAX_TS_MS, timestamp_ms
 from tables.records.partitioners import partition_for
-from tables.runtime.intake import side_codec
 from tables.runtime.results import JoinResult, Serializers
 from tables.runtime.stats import JoinStats
 from tables.runtime.task import JoinTask
@@ -154,7 +153,7 @@ class JoinTestDriver:
         self._topics: dict[str, TopicT] = {spec.left.name: spec.left.topic, spec.right.name: spec.right.topic}
         self._sides: dict[str, Side] = {spec.left.name: "left", spec.right.name: "right"}
         self.stats = JoinStats()
-        self._codecs = {"left": side_codec(spec, spec.left), "right": side_codec(spec, spec.right)}
+        self._codecs = spec.codecs()
         self._offsets: dict[tuple[str, int], int] = {}
         self._handed: list[tuple[int, Match]] = []
         self._saved_producer: Any = None
