@@ -98,7 +98,7 @@ def join(
     """
 
     kind = WindowedKind(window_of(within, before, after, grace), join_type_of(how))
-    return _registrar(app, left, right, kind, options, right_id=True)
+    return join_of_kind(app, left, right, kind, **options)
 
 
 def join_table(
@@ -135,7 +135,7 @@ def join_table(
     """
 
     kind = temporal_kind_of(how, grace, history)
-    return _registrar(app, stream, table, kind, options, right_id=False)  # a table's ids: its offsets
+    return join_of_kind(app, stream, table, kind, **options)
 
 
 class JoinOptions(TypedDict, total=False):
@@ -178,16 +178,17 @@ JOIN_OPTION_DEFAULTS: JoinOptions = {
 }
 
 
-def _registrar(
+def join_of_kind(
     app: AppT,
     left: TopicT | JoinInput,
     right: TopicT | JoinInput,
     kind: JoinKind,
-    given: JoinOptions,
-    *,
-    right_id: bool,
+    **given: Unpack[JoinOptions],
 ) -> Callable[[Handler], JoinSpec]:
-    """The decorator that declares a join of `kind` with its handler, `given` the options."""
+    """Declare a join of any `kind` (a `JoinKind`: docs/tables.md, "Adding a join kind") and
+    the handler of its results, with the options every join takes (`JoinOptions`). `join` and
+    `join_table` are this with their own kinds. `id` names the record id of each input but a
+    table side's (`kind.table_side`: a table's records are identified by their offsets)."""
     unknown = sorted(set(given) - set(JOIN_OPTION_DEFAULTS))
     if unknown:
         raise TypeError(f"unknown join option(s) {unknown}: the options are {sorted(JOIN_OPTION_DEFAULTS)}")
@@ -198,8 +199,8 @@ def _registrar(
         spec = JoinSpec(
             app=app,
             name=options["name"] or handler.__name__.replace("_", "-"),
-            left=as_input(left, timestamp, record_id),
-            right=as_input(right, timestamp, record_id if right_id else None),
+            left=as_input(left, timestamp, None if kind.table_side == "left" else record_id),
+            right=as_input(right, timestamp, None if kind.table_side == "right" else record_id),
             kind=kind,
             handler=handler,
             partitioner=options["partitioner"],
