@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,11 +159,11 @@ class MemoryInputs:
     def append(self, tp: TP, record: MemoryRecord) -> None:
         self.sent.setdefault(tp, []).append(record)
 
-    def pending(self, paused: set[TP] = frozenset()) -> bool:  # type: ignore[assignment]
+    def pending(self, paused: AbstractSet[TP] = frozenset()) -> bool:
         """Whether a partition not paused has records not fetched yet."""
         return any(len(s) > self.fetched.get(tp, 0) for tp, s in self.sent.items() if tp not in paused)
 
-    def fetch(self, paused: set[TP]) -> Fetch:
+    def fetch(self, paused: AbstractSet[TP]) -> Fetch:
         """What was sent and not fetched yet, of every partition not paused."""
         fetch: Fetch = {}
         for tp, sent in self.sent.items():
