@@ -3,7 +3,7 @@ module the way `faust -A MODULE` does, without starting a worker.
 
 Everything the twin needs comes from the declaration (`tables.JoinSpec`): the input topics,
 their key and value types and serializers (through the stream's own checks,
-`tables.runtime.intake.side_codec`), the kind with its window and `how`, `timestamp`, `id`,
+`JoinSpec.codecs`: tables/records/sides.py), the kind with its window and `how`, `timestamp`, `id`,
 `validate`, `partitioner` and `max_value_bytes`.
 
 Spark's Python workers cannot be handed a declaration (a Faust app, user functions): they are
@@ -25,7 +25,6 @@ from faust.types import AppT
 from assignor.clients import bootstrap_of, faust_client_kwargs
 from tables.api import runtime_of
 from tables.records.codecs import SideCodec
-from tables.runtime.intake import side_codec
 from tables.spec import JoinSpec
 
 
@@ -113,7 +112,7 @@ def _spec(app: str, join: str) -> JoinSpec:
 @functools.cache
 def _codecs(app: str, join: str) -> dict[str, SideCodec]:
     spec = _spec(app, join)
-    return {"left": side_codec(spec, spec.left), "right": side_codec(spec, spec.right)}
+    return spec.codecs()
 
 
 def describe(spec: JoinSpec) -> dict[str, Any]:

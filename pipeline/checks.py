@@ -3,7 +3,7 @@
 A record is checked as a worker checks it (tables/runtime/intake.py, `Intake.check`): first
 its partition (`tables.records.partitioners.find_misplaced`, per topic partition, under the
 join's partitioner), then its side's codec (`SideCodec.accept`, made by
-`tables.runtime.intake.side_codec` from the declaration: key and value types, serializers,
+`JoinSpec.codecs`: tables/records/sides.py from the declaration: key and value types, serializers,
 `max_value_bytes`, `validate`, `timestamp`, `id`). So the twin dead-letters exactly what the
 stream does, with the same category and reason, counts the same null values, and joins each
 good record with the same event time and id.

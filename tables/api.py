@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from faust.types import AppT, TableT, TopicT
 
 from assignor.faust_adapter import apply_web_defaults
 from assignor.internals import check as check_internals
+from tables.operators.base import JoinKind
 from tables.operators.windowed import WindowedKind
 from tables.records.codecs import IdSpec, TimestampSpec
 from tables.runtime.results import JoinResults
@@ -79,13 +80,7 @@ def join(
     after: Duration | None = None,
     grace: Duration | None = None,
     how: How = "inner",
-    name: str | None = None,
-    timestamp: TimestampSpec = None,
-    id: IdSpec = None,  # noqa: A002 - the option's natural name
-    partitioner: Partitioner = "murmur2",
-    tables: Sequence[TableT] = (),
-    max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
-    audit: bool = False,
+    **options: Unpack[JoinOptions],
 ) -> Callable[[Handler], JoinSpec]:
     """Declare a windowed join of two co-partitioned Faust topics by their Kafka key, and the
     handler that consumes its results (like `@app.agent`).
@@ -96,41 +91,16 @@ def join(
       `grace`, how late (in event time) a record may still arrive. timedelta or seconds.
     - `how`: "inner", "left", "right" or "outer": unmatched records of the named side(s) are
       emitted once no partner can still arrive (never a spurious unmatched result).
-    - `name`: names the changelog `{app id}-{name}-changelog` and the dead-letter topic
-      `{app id}-{name}-dead-letters`; the handler's name by default.
-    - `timestamp`, `id`: as in `JoinInput`, for both inputs.
-    - `partitioner`: how producers partition the inputs' keys ("murmur2", Kafka's default;
-      "crc32", librdkafka's default; "none" turns the check off). A record on the wrong
-      partition could never meet its partner: it is dead-lettered.
-    - `tables`: Faust tables the handler updates. They live on the join's partitions (same
-      partition count, placed and replicated with the join), and the handler writes to the
-      partition of the result it is handling.
-    - `max_value_bytes`: larger values are dead-lettered (None: no limit).
-    - `audit`: also write, for every result handed to the handler, a small record (its
-      partition, time and fingerprint) to `{app id}-{name}-audit`, with the batch's output:
-      what `python -m pipeline reconcile` compares with the batch twin (docs/pipeline.md).
+    - `options` (`JoinOptions`, the same for every kind of join): `name`, `timestamp`, `id`,
+      `partitioner`, `tables`, `max_value_bytes`, `audit`.
 
     The handler receives a `JoinResults` stream; it may send to topics and update tables.
     Input offsets are committed only after the handler has taken every result they
     produced, its sends are acknowledged, and the join's state is in its changelog.
     """
 
-    def register(handler: Handler) -> JoinSpec:
-        spec = JoinSpec(
-            app=app,
-            name=name or handler.__name__.replace("_", "-"),
-            left=as_input(left, timestamp, id),
-            right=as_input(right, timestamp, id),
-            kind=WindowedKind(window_of(within, before, after, grace), join_type_of(how)),
-            handler=handler,
-            partitioner=partitioner,
-            tables=tuple(tables),
-            max_value_bytes=max_value_bytes,
-            audit=audit,
-        )
-        return declared(spec)
-
-    return register
+    kind = WindowedKind(window_of(within, before, after, grace), join_type_of(how))
+    return join_of_kind(app, left, right, kind, **options)
 
 
 def join_table(
@@ -141,13 +111,7 @@ def join_table(
     grace: Duration | None = None,
     history: Duration | None = None,
     how: Literal["inner", "left"] = "inner",
-    name: str | None = None,
-    timestamp: TimestampSpec = None,
-    id: IdSpec = None,  # noqa: A002 - the option's natural name
-    partitioner: Partitioner = "murmur2",
-    tables: Sequence[TableT] = (),
-    max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
-    audit: bool = False,
+    **options: Unpack[JoinOptions],
 ) -> Callable[[Handler], JoinSpec]:
     """Declare an enrichment join: each record of `stream` joined with the value `table` held
     for its key **as of the record's event time** (Kafka Streams' stream-table join over a
@@ -161,9 +125,8 @@ def join_table(
     - `history`: how far back (in event time) table versions are kept (default a day, at
       least `grace`); each key's latest version is kept however old it is.
     - `how`: "inner" (no result without a table value) or "left" (the table value None).
-    - `timestamp`: as for `join`, for both inputs; `id`: the stream's record identity (a
+    - `options` (`JoinOptions`): as for `join`; `id` is the stream's record identity (a
       table's records are identified by their offsets).
-    - `name`, `partitioner`, `tables`, `max_value_bytes`: as for `join`.
     - `audit`: as for `join`: write, for every result handed to the handler, a small record
       (its partition, time and fingerprint: of the key, the stream value, the table value or
       none, and the stream record's time) to `{app id}-{name}-audit`, with the batch's output:
@@ -173,18 +136,79 @@ def join_table(
     results`, `ts` the stream record's time.
     """
 
+    kind = temporal_kind_of(how, grace, history)
+    return join_of_kind(app, stream, table, kind, **options)
+
+
+class JoinOptions(TypedDict, total=False):
+    """The options every kind of join takes (`join`, `join_table`), each with its default in
+    `JOIN_OPTION_DEFAULTS`:
+
+    - `name`: names the changelog `{app id}-{name}-changelog` and the dead-letter topic
+      `{app id}-{name}-dead-letters`; the handler's name by default (None).
+    - `timestamp`, `id`: as in `JoinInput`, for both inputs (a table's records are identified
+      by their offsets: `id` is the stream's only).
+    - `partitioner`: how producers partition the inputs' keys ("murmur2", Kafka's default;
+      "crc32", librdkafka's default; "none" turns the check off). A record on the wrong
+      partition could never meet its partner: it is dead-lettered.
+    - `tables`: Faust tables the handler updates. They live on the join's partitions (same
+      partition count, placed and replicated with the join), and the handler writes to the
+      partition of the result it is handling.
+    - `max_value_bytes`: larger values are dead-lettered (None: no limit).
+    - `audit`: also write, for every result handed to the handler, a small record (its
+      partition, time and fingerprint) to `{app id}-{name}-audit`, with the batch's output:
+      what `python -m pipeline reconcile` compares with the batch twin (docs/pipeline.md).
+    """
+
+    name: str | None
+    timestamp: TimestampSpec
+    id: IdSpec
+    partitioner: Partitioner
+    tables: Sequence[TableT]
+    max_value_bytes: int | None
+    audit: bool
+
+
+JOIN_OPTION_DEFAULTS: JoinOptions = {
+    "name": None,
+    "timestamp": None,
+    "id": None,
+    "partitioner": "murmur2",
+    "tables": (),
+    "max_value_bytes": DEFAULT_MAX_VALUE_BYTES,
+    "audit": False,
+}
+
+
+def join_of_kind(
+    app: AppT,
+    left: TopicT | JoinInput,
+    right: TopicT | JoinInput,
+    kind: JoinKind,
+    **given: Unpack[JoinOptions],
+) -> Callable[[Handler], JoinSpec]:
+    """Declare a join of any `kind` (a `JoinKind`: docs/tables.md, "Adding a join kind") and
+    the handler of its results, with the options every join takes (`JoinOptions`). `join` and
+    `join_table` are this with their own kinds. `id` names the record id of each input but a
+    table side's (`kind.table_side`: a table's records are identified by their offsets)."""
+    unknown = sorted(set(given) - set(JOIN_OPTION_DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown join option(s) {unknown}: the options are {sorted(JOIN_OPTION_DEFAULTS)}")
+    options: JoinOptions = {**JOIN_OPTION_DEFAULTS, **given}
+
     def register(handler: Handler) -> JoinSpec:
+        timestamp, record_id = options["timestamp"], options["id"]
         spec = JoinSpec(
             app=app,
-            name=name or handler.__name__.replace("_", "-"),
-            left=as_input(stream, timestamp, id),
-            right=as_input(table, timestamp, None),
-            kind=temporal_kind_of(how, grace, history),
+            name=options["name"] or handler.__name__.replace("_", "-"),
+            left=as_input(left, timestamp, None if kind.table_side == "left" else record_id),
+            right=as_input(right, timestamp, None if kind.table_side == "right" else record_id),
+            kind=kind,
             handler=handler,
-            partitioner=partitioner,
-            tables=tuple(tables),
-            max_value_bytes=max_value_bytes,
-            audit=audit,
+            partitioner=options["partitioner"],
+            tables=tuple(options["tables"]),
+            max_value_bytes=options["max_value_bytes"],
+            audit=options["audit"],
         )
         return declared(spec)
 

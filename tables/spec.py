@@ -15,10 +15,11 @@ from typing import Any, Literal
 from faust.models.record import Record
 from faust.types import AppT, TableT, TopicT
 
-from tables.operators.base import JoinKind
+from tables.operators.base import JoinKind, Side
 from tables.operators.temporal import TemporalKind
 from tables.operators.windowed import JoinType, JoinWindow
-from tables.records.codecs import IdSpec, TimestampSpec, Validate, record_fields
+from tables.records.codecs import IdSpec, SideCodec, TimestampSpec, Validate, record_fields
+from tables.records.sides import side_codec
 
 How = Literal["inner", "left", "right", "outer"]
 Duration = timedelta | float | int  # a timedelta, or seconds
@@ -104,6 +105,23 @@ class JoinSpec:
 
     def table_changelogs(self) -> list[str]:
         return [t.changelog_topic.get_topic_name() for t in self.tables]
+
+    def codecs(self) -> dict[Side, SideCodec]:
+        """Each input's record check (tables/records/sides.py), from its topic and options."""
+        table = self.kind.table_side
+        return {
+            side: side_codec(
+                self.app,
+                found.topic,
+                found.name,
+                timestamp=found.timestamp,
+                record_id=found.id,
+                validate=found.validate,
+                max_value_bytes=self.max_value_bytes,
+                deletes=side == table,
+            )  # fmt: skip
+            for side, found in (("left", self.left), ("right", self.right))
+        }
 
 
 def duration_ms(value: Duration | None, what: str) -> int | None:

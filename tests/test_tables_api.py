@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -10,12 +12,17 @@ import faust
 import orjson
 import pytest
 
+import tables
 from assignor.faust_adapter.partition_assignor import TandemAssignor, tandem
 from tables import JoinDeclarationError, JoinInput, JoinResults, join, runtime_of
+from tables.operators import keys
 from tables.operators.base import Match, fingerprint
 from tables.operators.windowed import JoinType, JoinWindow
 from tables.runtime.output import audit_value
 from tables.runtime.startup import join_topics
+from tables.testing import JoinTestDriver
+
+counter = itertools.count()
 
 
 def new_app(**conf: Any) -> faust.App:
@@ -170,3 +177,92 @@ def test_mistakes_in_a_declaration_are_refused_at_once_naming_them() -> None:
         app, JoinInput(orders, timestamp="ts", id="order_id"), JoinInput(payments, id="any"), within=1
     )(handler)
     assert spec.left.timestamp == "ts"  # fields that exist, and any key of a JSON object, pass
+
+
+class _LatestKind:
+    """A third kind of join, written from the public interface only (docs/tables.md, "Adding a
+    join kind"): each left record with the right side's latest value for its key, whatever its
+    time (a lookup of a table, with no versions)."""
+
+    name, how, table_side, unscanned = "latest", "left", "right", ()
+
+    def operator(self, state: tables.KV, ids: bool) -> tables.Operator:
+        return _LatestOperator(state)
+
+    def emits_unmatched(self) -> bool:
+        return True
+
+    def retention_ms(self) -> int | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.name, "how": self.how}
+
+
+class _LatestOperator(tables.StateMeta):
+    live_records = None
+
+    def __init__(self, state: tables.KV) -> None:
+        self.state, self._dirty_meta = state, set()
+        self.stream_time: int | None = None
+        self.changes: list[tuple[bytes, bytes | None]] = []
+        self.lookups = self._meta("lookups") or 0
+
+    def process_many(self, events: Iterable[tables.Event]) -> list[tables.Match]:
+        matches = []
+        for side, key, ts, _, value in events:
+            self.stream_time = max(ts, self.stream_time or ts)
+            if side == "right":
+                self.restore(b"v" + key, value)
+                self.changes.append((b"v" + key, value))
+            else:
+                self._count("lookups")
+                matches.append(tables.Match(key, value, self.state.get(b"v" + key), ts))
+        return matches
+
+    def advance(self, stream_time: int) -> list[tables.Match]:
+        return []
+
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        changes, self.changes = self.changes, []
+        return changes + [(keys.meta_key(n), self.state.get(keys.meta_key(n))) for n in self._dirty_meta]
+
+    def restore(self, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            self.state.delete(key)
+        else:
+            self.state.put(key, value)
+
+    def finish_restore(self) -> None:
+        self.lookups = self._meta("lookups") or 0
+
+    def counters(self) -> dict[str, int]:
+        return {"lookups": self.lookups}
+
+
+async def test_a_join_kind_written_from_the_public_interface_runs_as_the_others() -> None:
+    app = faust.App(f"kind-{next(counter)}", PartitionAssignor=TandemAssignor, web_enabled=False)
+    clicks = app.topic("clicks", key_type=str, value_type=bytes, value_serializer="raw", partitions=1)
+    users = app.topic("users", key_type=str, value_type=bytes, value_serializer="raw", partitions=1)
+    seen: list[tuple[str, bytes | None, bytes | None]] = []
+
+    @tables.join_of_kind(app, clicks, users, _LatestKind(), name="latest-user")
+    async def latest(results: tables.JoinResults[str, bytes, bytes]) -> None:
+        async for key, click, user, _ in results:
+            seen.append((key, click, user))
+
+    async with JoinTestDriver(latest) as t:
+        await t.send(users, key="ann", value=b"Ann", timestamp=5_000)
+        await t.send(clicks, key="ann", value=b"c1", timestamp=1_000)  # the latest value, whatever its time
+        await t.send(users, key="ann", value=None, timestamp=6_000)  # a delete: the table side's null
+        await t.restore()  # the state and the counter from the changelog alone
+        await t.send(clicks, key="ann", value=b"c2", timestamp=7_000)
+        assert seen == [("ann", b"c1", b"Ann"), ("ann", b"c2", None)]
+        assert t.counters()["lookups"] == 2
+
+
+def test_an_unknown_join_option_is_named() -> None:
+    app = faust.App(f"kind-{next(counter)}", PartitionAssignor=TandemAssignor, web_enabled=False)
+    left, right = app.topic("a", partitions=1), app.topic("b", partitions=1)
+    with pytest.raises(TypeError, match=r"unknown join option\(s\) \['grace_ms'\]"):
+        join(app, left, right, within=1, grace_ms=5)  # type: ignore[call-arg]

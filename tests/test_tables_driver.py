@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -30,10 +31,14 @@ class Payment(faust.Record, serializer="json"):
     cents: int
 
 
-def orders_app(how: str = "left", fail_on: int | None = None) -> tuple[faust.App, Any, dict[str, Any]]:
+def orders_app(
+    how: str = "left", fail_on: int | None = None, store: str = "memory://"
+) -> tuple[faust.App, Any, dict[str, Any]]:
     """An app with one join of orders and payments (int keys, Records), a handler that sends
     each result and counts paid cents per customer in a table, and may raise on one order."""
-    app = faust.App(f"driver-{next(counter)}", PartitionAssignor=TandemAssignor, web_enabled=False)
+    app = faust.App(
+        f"driver-{next(counter)}", PartitionAssignor=TandemAssignor, web_enabled=False, store=store
+    )
     orders = app.topic("orders", key_type=int, key_serializer="json", value_type=Order, partitions=2)
     payments = app.topic("payments", key_type=int, key_serializer="json", value_type=Payment, partitions=2)
     out = app.topic("paid", key_type=int, key_serializer="json", partitions=2)
@@ -151,3 +156,26 @@ async def test_the_same_sends_give_the_same_output() -> None:
             await d.close_inputs()
             runs.append(([(s.key, s.value, s.partition) for s in d.sent(t["out"])], d.counters()))
     assert runs[0] == runs[1] and runs[0][0]
+
+
+async def test_the_tables_are_in_memory_with_a_rocksdb_store_on_the_app(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where Faust would put RocksDB files (the app's datadir)
+    app, paid, t = orders_app(store="rocksdb://")
+    async with JoinTestDriver(paid) as d:
+        await d.send(t["orders"], key=1, value=order(1), timestamp=1_000)
+        await d.send(t["payments"], key=1, value=payment(1), timestamp=2_000)
+        partition = d.sent(t["out"])[0].partition
+        assert d.table(t["totals"]) == {f"ann@{partition}": 100}
+    assert list(tmp_path.iterdir()) == []  # nothing written to disk by the tables
+
+
+async def test_each_driver_starts_the_tables_of_a_module_level_app_empty() -> None:
+    app, paid, t = orders_app()  # one app for both drivers, as a test module imports it
+    for _ in range(2):
+        async with JoinTestDriver(paid) as d:
+            await d.send(t["orders"], key=1, value=order(1), timestamp=1_000)
+            await d.send(t["payments"], key=1, value=payment(1), timestamp=2_000)
+            partition = d.sent(t["out"])[0].partition
+            assert d.table(t["totals"]) == {f"ann@{partition}": 100}

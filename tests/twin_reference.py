@@ -21,7 +21,6 @@ from tables.operators.base import Match, fingerprint
 from tables.operators.kv import MemoryKV
 from tables.records.codecs import DROPPED, Rejected
 from tables.records.partitioners import find_misplaced, misplaced_reason
-from tables.runtime.intake import side_codec
 
 
 @dataclass
@@ -65,7 +64,8 @@ def stream(ref: JoinRef, rows: list[Row], partitions: int, close_inputs: bool = 
     """The stream's code over `rows` in arrival order; with `close_inputs`, then every
     partition's operator advanced to the end of time (as JoinTestDriver.close_inputs)."""
     spec = ref.spec()
-    codecs = {spec.left.name: side_codec(spec, spec.left), spec.right.name: side_codec(spec, spec.right)}
+    by_side = spec.codecs()
+    codecs = {spec.left.name: by_side["left"], spec.right.name: by_side["right"]}
     sides = {spec.left.name: "left", spec.right.name: "right"}
     operators: dict[int, Any] = {}
     out = Outcome(Counter(), [], {"left": 0, "right": 0}, {})

@@ -87,6 +87,12 @@ class Operator(Protocol):
         with the state: the view and metrics show them."""
         ...
 
+    @property
+    def live_records(self) -> int | None:
+        """Records the operator holds in memory (the windowed join's index), for the view and
+        metrics; None for a kind that holds none in memory."""
+        ...
+
 
 class JoinKind(Protocol):
     """What a declared join computes: its operator, and what the runtime and the topics

@@ -39,6 +39,7 @@ from typing import Any
 from tables.operators import keys
 from tables.operators.base import Match, Side
 from tables.operators.kv import KV
+from tables.operators.meta import StateMeta
 
 # One input record as this operator takes it: the table's value may be None (a delete).
 TemporalEvent = tuple[Side, bytes, int, bytes, bytes | None]
@@ -97,7 +98,7 @@ def _join_key(key: bytes) -> bytes:
     return _pack_len(len(key)) + key
 
 
-class TemporalJoin:
+class TemporalJoin(StateMeta):
     """The temporal join of one partition over its state (an `Operator`)."""
 
     def __init__(
@@ -341,15 +342,10 @@ class TemporalJoin:
         (`late_updates`)."""
         return {name: getattr(self, name) for name in COUNTERS}
 
-    def _meta(self, name: str) -> int | None:
-        raw = self.state.get(keys.meta_key(name))
-        return None if raw is None else keys.decode_int(raw)
-
-    def _count(self, name: str) -> None:
-        value = getattr(self, name) + 1
-        setattr(self, name, value)
-        self.state.put(keys.meta_key(name), keys.encode_int(value))
-        self._dirty_meta.add(name)
+    @property
+    def live_records(self) -> None:
+        """None: the temporal join holds no records in memory (its state is all in RocksDB)."""
+        return None
 
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
         """The changelog records since the last call (None: a delete): state keys first,

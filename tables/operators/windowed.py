@@ -33,6 +33,7 @@ from tables.operators import keys
 from tables.operators.base import Event, Match, Side
 from tables.operators.keys import BYTE_SIDE
 from tables.operators.kv import KV
+from tables.operators.meta import StateMeta
 from tables.operators.window_index import WindowIndex, split_record_key
 
 UNMATCHED_FLAG = b"\x00"
@@ -89,7 +90,7 @@ COUNTERS = ("late", "duplicates")
 DAY_MS = 24 * 3600 * 1000
 
 
-class WindowedJoin:
+class WindowedJoin(StateMeta):
     """The join of one task (partition) over its state.
 
     The state holds the records and counters; which records are live, by join key and
@@ -278,16 +279,6 @@ class WindowedJoin:
     def live_records(self) -> int:
         """Records held in the window index (in memory): what the state holds now."""
         return len(self.index)
-
-    def _meta(self, name: str) -> int | None:
-        raw = self.state.get(keys.meta_key(name))
-        return None if raw is None else keys.decode_int(raw)
-
-    def _count(self, name: str) -> None:
-        value = getattr(self, name) + 1
-        setattr(self, name, value)
-        self.state.put(keys.meta_key(name), keys.encode_int(value))
-        self._dirty_meta.add(name)
 
     # -- changelog ---------------------------------------------------------
 

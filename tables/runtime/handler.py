@@ -14,7 +14,7 @@ from typing import Any
 from tables.kafka.handler_sends import handler_task
 from tables.operators.base import Match
 from tables.records.codecs import SideCodec
-from tables.runtime.intake import Letter
+from tables.records.sides import Letter
 from tables.runtime.output import Collector, handler_error_letter
 from tables.runtime.results import Feed, JoinResults, Serializers
 from tables.runtime.stats import JoinStats

@@ -16,43 +16,42 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from faust.types import TP, AppT
+from faust.types import TP
 
-from tables.kafka.consumer import InputRecord, committed_offsets
+from tables.kafka.consumer import InputRecord
 from tables.operators.base import Event, Side
 from tables.records.alignment import Aligner
-from tables.records.codecs import DROPPED, Rejected, SideCodec, key_check, value_form
+from tables.records.codecs import Rejected, SideCodec
 from tables.records.partitioners import find_misplaced, misplaced_reason
 from tables.records.positions import InputPosition
+from tables.records.sides import Letter, check_records
+from tables.runtime.ports import InputOffsets
 from tables.runtime.stats import JoinStats
 from tables.settings import RuntimeSettings
-from tables.spec import JoinInput, JoinSpec
+from tables.spec import JoinSpec
 
 log = logging.getLogger(__name__)
 
 MISPLACED_WARN_EVERY_S = 60.0  # a warning per input at most this often
 
-# A record the join cannot use: topic, partition, offset, key, value, why.
-Letter = tuple[str, int, int, bytes | None, bytes | None, Rejected]
 Fetch = dict[TP, list[InputRecord]]
 
 
 class Intake:
     """The input side of one join on this worker."""
 
-    def __init__(self, spec: JoinSpec, settings: RuntimeSettings, stats: JoinStats) -> None:
+    def __init__(
+        self, spec: JoinSpec, settings: RuntimeSettings, stats: JoinStats, offsets: InputOffsets
+    ) -> None:
         self.spec = spec
-        self.app: AppT = spec.app
+        self.offsets = offsets  # the inputs' high watermarks and committed offsets
         self.settings = settings
         self.stats = stats
         self.sides: dict[str, Side] = {spec.left.name: "left", spec.right.name: "right"}
-        self.codecs: dict[Side, SideCodec] = {
-            "left": side_codec(spec, spec.left),
-            "right": side_codec(spec, spec.right),
-        }
+        self.codecs: dict[Side, SideCodec] = spec.codecs()
         self.aligner: Aligner[Event] = Aligner(
             list(spec.input_topics),
             max_wait_s=settings.align_max_wait_ms / 1000,
@@ -172,16 +171,13 @@ class Intake:
 
     def release(self, partition: int) -> list[Event]:
         """Held records of the partition now due, given how far each input has been read."""
-        consumer = self.app.consumer
-        committed = committed_offsets(self.app)
+        highwater = self.offsets.highwater
+        committed = self.offsets.committed()
         ends: dict[str, int | None] = {}
         starts: dict[str, int | None] = {}
         for topic in self.spec.input_topics:
             tp = TP(topic, partition)
-            try:
-                ends[topic] = consumer.highwater(tp)  # None until a fetch has seen it
-            except Exception:
-                ends[topic] = None
+            ends[topic] = highwater(tp)  # None until a fetch has seen it
             starts[topic] = committed.get(tp)
         return self.aligner.release(partition, ends, starts)
 
@@ -295,14 +291,11 @@ class Intake:
     def input_lag(self, partition: int) -> int | None:
         """Input records not yet taken into a batch, over the join's inputs (None: the end, or
         where reading starts, not known yet)."""
-        committed = committed_offsets(self.app)
+        committed = self.offsets.committed()
         total = 0
         for topic in self.spec.input_topics:
             tp = TP(topic, partition)
-            try:
-                high = self.app.consumer.highwater(tp)
-            except Exception:
-                return None
+            high = self.offsets.highwater(tp)
             position = self.read_next.get(tp)
             if position is None:
                 position = committed.get(tp)
@@ -316,75 +309,3 @@ class Intake:
                 return None
             total += max(0, high - position)
         return total
-
-
-class Checked(NamedTuple):
-    """The good records of a fetch as the operator takes them, with their offsets and times."""
-
-    offsets: list[int]
-    stamps: list[int]
-    events: list[Event]
-    nulls: int
-
-
-def check_records(
-    codec: SideCodec,
-    side: Side,
-    tp: TP,
-    records: Sequence[InputRecord],
-    letters: list[Letter],
-    built: dict[int, tuple[bytes, Any]],
-) -> Checked:
-    """Each record through its side's check (tables/records/codecs.py): accepted ones become
-    events (and their values built on arrival go into `built`, by the id of their bytes),
-    rejected ones dead letters (into `letters`), null values are counted."""
-    accept = codec.accept
-    offsets: list[int] = []
-    stamps: list[int] = []
-    events: list[Event] = []
-    nulls = 0
-    topic, partition = tp.topic, tp.partition
-    for record in records:
-        key, value, offset = record.key, record.value, record.offset
-        checked = accept(key, value, offset, record.timestamp)
-        if type(checked) is tuple:
-            ts = checked[0]
-            offsets.append(offset)
-            stamps.append(ts)
-            events.append((side, key, ts, checked[1], value))  # type: ignore[arg-type]
-            if checked[2] is not None:
-                built[id(value)] = (value, checked[2])  # type: ignore[assignment]
-        elif checked is DROPPED:
-            nulls += 1
-        else:
-            letters.append((topic, partition, offset, key, value, checked))
-    return Checked(offsets, stamps, events, nulls)
-
-
-def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
-    """The check of one input's records, from its Faust topic's types and serializers."""
-    app = spec.app
-    topic = side.topic
-    key_serializer = topic.key_serializer or app.conf.key_serializer  # type: ignore[attr-defined]
-    value_serializer = topic.value_serializer or app.conf.value_serializer  # type: ignore[attr-defined]
-
-    def loads_key(raw: bytes) -> Any:
-        return app.serializers.loads_key(topic.key_type, raw, serializer=key_serializer)
-
-    def loads_value(raw: bytes) -> Any:
-        return app.serializers.loads_value(topic.value_type, raw, serializer=value_serializer)
-
-    return SideCodec(
-        side.name,
-        key_check(topic.key_type, key_serializer, loads_key),  # type: ignore[arg-type]
-        value_form(topic.value_type, value_serializer, loads_value),  # type: ignore[arg-type]
-        timestamp=side.timestamp,
-        record_id=side.id,
-        validate=side.validate,
-        max_value_bytes=spec.max_value_bytes,
-        deletes=side is _side_of(spec, spec.kind.table_side),
-    )
-
-
-def _side_of(spec: JoinSpec, side: str | None) -> JoinInput | None:
-    return {"left": spec.left, "right": spec.right}.get(side or "")

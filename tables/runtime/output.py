@@ -20,7 +20,7 @@ from tables.kafka.handler_sends import collected_records, fail_sends, send_recor
 from tables.operators.base import Match, fingerprint
 from tables.records.codecs import Rejected
 from tables.records.partitioners import partitions_for
-from tables.runtime.intake import Letter
+from tables.records.sides import Letter
 from tables.runtime.results import Outgoing
 from tables.runtime.stats import JoinStats
 from tables.spec import JoinSpec

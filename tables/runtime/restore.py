@@ -52,6 +52,11 @@ class Restore:
         restore makes no progress for too long (it stops the worker)."""
         self._task = asyncio.create_task(self._run(partitions, on_ready, on_stall))
 
+    async def wait(self) -> None:
+        """Until the restore is done (or has stopped the worker)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
     async def cancel(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()

@@ -96,3 +96,17 @@ class JoinStats:
     failure: str | None = None  # why the join stopped the worker
     rebalance_partitions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REBALANCE_KINDS, 0))
     latency: LatencyBuckets = field(default_factory=LatencyBuckets)  # event time -> output acknowledged
+
+
+@dataclass(frozen=True)
+class InputSnapshot:
+    """What a join's input holds at one moment (`JoinTask.input_snapshot()`, for the view and
+    `/metrics`): records held for event-time order, those released past the cap, the inputs
+    paused (far ahead of their partner) and what was fetched of them before the pause, and the
+    records the operators hold in memory (None for a join kind that holds none)."""
+
+    held: int
+    forced: int
+    paused: list[str]  # "topic:partition"
+    deferred: int
+    live_records: int | None

@@ -30,21 +30,23 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from itertools import repeat
 from typing import Any, Protocol
 
 from faust.types import TP, AppT
 
-from tables.kafka.batches import producer_of
 from tables.kafka.consumer import InputRecord
 from tables.operators.base import Event, Match, Operator, counters_of
+from tables.records.sides import Letter
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler
-from tables.runtime.intake import Fetch, Intake, Letter
+from tables.runtime.intake import Fetch, Intake
 from tables.runtime.output import PROCESS, Collector
+from tables.runtime.ports import InputOffsets, Producer
 from tables.runtime.restore import Restore, rebalance_of
 from tables.runtime.results import Serializers
-from tables.runtime.stats import REBALANCE_KINDS, JoinStats, Rebalance
+from tables.runtime.stats import REBALANCE_KINDS, InputSnapshot, JoinStats, Rebalance
 from tables.settings import RuntimeSettings
 from tables.spec import JoinSpec
 from tables.state.manager import JoinState
@@ -68,11 +70,23 @@ class Worker(Protocol):
     @property
     def quiesce_timeout_s(self) -> float: ...
 
+    offsets: InputOffsets  # the inputs' high watermarks and committed offsets
+
+    def producer(self) -> Producer:
+        """Where the changelog's record batches go, each acknowledged."""
+        ...
+
     def open_state(self, spec: JoinSpec) -> JoinState: ...
 
     def offsets_on_disk(self, spec: JoinSpec) -> dict[int, int]: ...
 
-    async def rewind(self, restart: dict[TP, int]) -> None: ...
+    async def rewind(self, restart: dict[TP, int]) -> None:
+        """Seek: input partitions set back to their first record not done."""
+        ...
+
+    async def crash(self, exc: Exception) -> None:
+        """A batch could not be committed: stop (its input is read again after the restart)."""
+        ...
 
 
 def split_fetch(records: Fetch, limit: int) -> list[Fetch]:
@@ -107,13 +121,18 @@ def merge_fetches(chunks: list[Fetch]) -> Fetch:
 class JoinTask:
     """One declared join on this worker."""
 
-    def __init__(self, spec: JoinSpec, worker: Worker) -> None:
+    def __init__(
+        self, spec: JoinSpec, worker: Worker, *, stats: JoinStats | None = None, own_loop: bool = True
+    ) -> None:
+        """`stats`: counters to go on with (a test driver's restart); `own_loop`: False when the
+        caller hands each batch to `batch()` itself (the test driver) instead of `take()`."""
         self.spec = spec
         self.worker = worker
         self.app: AppT = spec.app
         self.settings = worker.settings
-        self.stats = JoinStats()
-        self.intake = Intake(spec, self.settings, self.stats)
+        self.stats = stats or JoinStats()
+        self.own_loop = own_loop
+        self.intake = Intake(spec, self.settings, self.stats, worker.offsets)
         self.collector = Collector(spec, self.settings.send_batch_bytes, self.stats)
         self.handler = Handler(
             spec, self.intake.codecs["left"], self.intake.codecs["right"], self.collector, worker.serializers,
@@ -147,7 +166,7 @@ class JoinTask:
     # -- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        if self._loop_task is None or self._loop_task.done():
+        if self.own_loop and (self._loop_task is None or self._loop_task.done()):
             self._loop_task = asyncio.create_task(self._run(), name=f"tandem-join-{self.spec.name}")
         self.handler.start()
 
@@ -181,19 +200,40 @@ class JoinTask:
     async def _run(self) -> None:
         while True:
             batch = await self._next_batch(self.settings.batch_max_records)
-            async with self._working:
-                if self._revoking or self.state is None:
-                    await self.dropped(merge_fetches(batch))  # taken after the quiesce drained
-                    continue
-                try:
-                    with collection_deferred(self.settings.gc_batch_threshold):
-                        await self._process(batch)
-                    continue
-                except Exception as exc:
-                    failure = exc
+            try:
+                await self.batch(batch)
+                continue
+            except Exception as exc:
+                failure = exc
             # Outside the lock: stopping the worker quiesces this task, which takes it.
             await self.fail(failure)
             return
+
+    async def batch(self, fetches: list[Fetch]) -> None:
+        """One batch of fetched records, from the checks to the committed state (what the
+        task's loop runs for each batch; the test driver calls it for each of its batches).
+        Raises if the batch could not be committed (nothing of it is then)."""
+        async with self._working:
+            if self._revoking or self.state is None:
+                await self.dropped(merge_fetches(fetches))  # taken after the quiesce drained
+                return
+            with collection_deferred(self.settings.gc_batch_threshold):
+                await self._process(fetches)
+
+    async def advance(self, stream_time: int) -> None:
+        """Stream time moves to `stream_time` (ms) without a record on every ready partition that
+        has seen one (a punctuation): what falls due by then is handed over and committed as a
+        batch."""
+        async with self._working:
+            state = self.state
+            if state is None:
+                return
+            operators = {p: state.active(p).operator for p in state.actives() if p in state.ready}
+            # A partition that has seen no record holds nothing that could fall due.
+            matches = {
+                p: op.advance(stream_time) for p, op in operators.items() if op.stream_time is not None
+            }
+            await self._hand_over(matches, [], set(matches))
 
     async def _next_batch(self, limit: int) -> list[Fetch]:
         """Whole fetches up to `limit` records; a larger fetch (a backlog can hold tens of
@@ -265,7 +305,7 @@ class JoinTask:
             if damaged:
                 state.set_aside(partition, exc)  # type: ignore[arg-type]
         self.stats.failure = f"{exc.__class__.__name__}: {exc}"
-        await self.app.crash(exc)
+        await self.worker.crash(exc)
 
     # -- one batch --------------------------------------------------------------------
 
@@ -282,10 +322,7 @@ class JoinTask:
                     await self._give_turn()
                 touched.add(tp.partition)
         self._heard_waiting()
-        processed: list[int] = []
-        latest: list[int] = []  # event time of each partition's last result (the latency histogram)
-        feed: list[tuple[int, Match]] = []
-        by_partition = self.stats.results_by_partition
+        matches: dict[int, list[Match]] = {}  # of each partition with records released, in order
         for partition in sorted(touched | set(intake.aligner.holding())):
             if partition not in state.ready:
                 continue
@@ -293,12 +330,26 @@ class JoinTask:
             if not events:
                 continue
             await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
-            matches = await self._join(state.active(partition).operator, events)
-            processed.append(partition)
-            if matches:
-                latest.append(matches[-1].timestamp)
-            feed.extend(zip(repeat(partition), matches))
-            by_partition[partition] = by_partition.get(partition, 0) + len(matches)
+            matches[partition] = await self._join(state.active(partition).operator, events)
+        await self._hand_over(matches, letters, touched)
+
+    async def _hand_over(
+        self, matches: dict[int, list[Match]], letters: list[Letter], touched: set[int]
+    ) -> None:
+        """The rest of a batch, after the operators: the results to the handler, its sends and
+        the dead letters acknowledged, then each partition's changelog and state (`matches`:
+        partition -> its results, for each partition whose operator took or advanced)."""
+        state = self.state
+        assert state is not None
+        intake = self.intake
+        latest: list[int] = []  # event time of each partition's last result (the latency histogram)
+        feed: list[tuple[int, Match]] = []
+        by_partition = self.stats.results_by_partition
+        for partition, found in matches.items():
+            if found:
+                latest.append(found[-1].timestamp)
+                feed.extend(zip(repeat(partition), found))
+            by_partition[partition] = by_partition.get(partition, 0) + len(found)
         if feed:
             self.stats.results += len(feed)
             if self._unmatched:
@@ -308,17 +359,17 @@ class JoinTask:
             await self.handler.handle(feed, intake.built, letters)
         intake.built = {}
         await self.collector.send(letters)
-        producer = producer_of(self.app)
+        producer = self.worker.producer()
         # The changelogs side by side (their round trips overlap), then each partition's state
         # written with the loop given a turn in between: written in the acks' callbacks, a
         # batch's partitions held the loop for all their writes at once.
         checkpoints = await asyncio.gather(
-            *(state.send_changes(p, producer, intake.positions(p)) for p in processed)
+            *(state.send_changes(p, producer, intake.positions(p)) for p in matches)  # type: ignore[arg-type]
         )
-        for partition, checkpoint in zip(processed, checkpoints, strict=True):
+        for partition, checkpoint in zip(matches, checkpoints, strict=True):
             state.write(partition, checkpoint)
             await self._give_turn()
-        intake.batch_done(touched | set(processed))
+        intake.batch_done(touched | set(matches))
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
 
@@ -380,6 +431,11 @@ class JoinTask:
         self.start()
         self._restore = Restore(self.spec.name, self.state, self.rebalance, self.settings.restore_stall_s)
         self._restore.start(moves.to_restore, self._ready, self.fail)
+
+    async def restored(self) -> None:
+        """Until the partitions of the last assignment are restored (the test driver waits)."""
+        if self._restore is not None:
+            await self._restore.wait()
 
     def _ready(self, partition: int) -> None:
         self.held_back -= {TP(t, partition) for t in self.spec.input_topics}
@@ -463,15 +519,45 @@ class JoinTask:
         state = self.state
         if state is None:
             return 0
-        found = [
-            getattr(state.active(p).operator, "live_records", None)
-            for p in state.actives()
-            if p in state.ready
-        ]
+        found = [state.active(p).operator.live_records for p in state.actives() if p in state.ready]
         return None if None in found else sum(n for n in found if n is not None)
+
+    def input_snapshot(self) -> InputSnapshot:
+        intake = self.intake
+        return InputSnapshot(
+            held=intake.aligner.held(),
+            forced=intake.aligner.forced,
+            paused=sorted(f"{tp.topic}:{tp.partition}" for tp in intake.ahead),
+            deferred=sum(map(len, intake.deferred.values())),
+            live_records=self.live_records(),
+        )
 
     def input_lag(self, partition: int) -> int | None:
         return self.intake.input_lag(partition)
+
+    # -- what the runtime reads: pauses, commits, seeks ---------------------------------------
+
+    def paused(self) -> set[TP]:
+        """Input partitions not to fetch now: held back while their state is restored, or read
+        far ahead of their partner in event time."""
+        return self.held_back | self.intake.ahead
+
+    def commit_offset(self, tp: TP) -> int | None:
+        """What Faust may commit for an input partition, for this join (None: nothing done)."""
+        return self.intake.commit_at.get(tp)
+
+    def committing(self) -> Iterable[TP]:
+        """The input partitions this join has a commit offset for."""
+        return self.intake.commit_at.keys()
+
+    def taken_upto(self, tp: TP) -> int | None:
+        """The next offset of an input partition this join has not taken into a batch."""
+        return self.intake.read_next.get(tp)
+
+    def checks_in_python(self) -> dict[str, str]:
+        """ "side (topic)" -> why its record check runs as Python (not compiled), for each such input."""
+        codecs = self.intake.codecs.items()
+        return {f"{side} ({c.topic})": c.python_reason for side, c in codecs if not c.compiled}
 
 
 async def _cancel(task: asyncio.Task[Any] | None) -> None:

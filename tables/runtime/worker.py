@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaProducer
 from faust.types import TP, AppT
 
 from assignor.clients import ConnectionFailed, app_settings, check_connection
@@ -32,6 +33,7 @@ from tables.kafka.topics import topic_ids
 from tables.records.codecs import CHECK
 from tables.runtime.gcpacing import raise_gc_threshold
 from tables.runtime.looplag import LoopLag
+from tables.runtime.ports import ConsumerOffsets
 from tables.runtime.probing import Prober
 from tables.runtime.results import Serializers
 from tables.runtime.startup import JoinStartupError, prepare_topics
@@ -73,6 +75,7 @@ class Runtime:
         self.tasks: dict[str, JoinTask] = {}
         self._by_topic: dict[str, list[JoinTask]] = {}  # a topic may feed several joins
         self.serializers = Serializers(app)
+        self.offsets = ConsumerOffsets(app)  # the inputs' high watermarks and committed offsets
         self._offsets: dict[str, dict[int, int]] = {}  # read by the assignor's thread
         self._installed = False
         self._timer: asyncio.Task[None] | None = None
@@ -155,19 +158,19 @@ class Runtime:
     def held_back(self) -> set[TP]:
         held: set[TP] = set()
         for task in self.tasks.values():
-            held |= task.held_back | task.intake.ahead
+            held |= task.paused()
         return held
 
     def commit_offset(self, tp: TP) -> int | None:
         """What Faust may commit for a taken partition: what every join reading it is done
         with (None while one of them has done nothing of it)."""
-        found = [task.intake.commit_at.get(tp) for task in self._by_topic[tp.topic]]
+        found = [task.commit_offset(tp) for task in self._by_topic[tp.topic]]
         return None if None in found else min(found)  # type: ignore[type-var]
 
     def progressed(self) -> Iterable[TP]:
         committed = committed_offsets(self.app)
         for topic, tasks in self._by_topic.items():
-            for tp in {tp for task in tasks for tp in task.intake.commit_at if tp.topic == topic}:
+            for tp in {tp for task in tasks for tp in task.committing() if tp.topic == topic}:
                 offset = self.commit_offset(tp)
                 if offset is not None and offset > (committed.get(tp) or 0):
                     yield tp
@@ -180,13 +183,19 @@ class Runtime:
         for tp, offset in restart.items():
             positions = [offset]
             for task in self._by_topic.get(tp.topic, []):
-                done = task.intake.read_next.get(tp)
+                done = task.taken_upto(tp)
                 positions.append(done if done is not None else committed.get(tp) or 0)
             target = min(positions)
             try:
                 await seek(self.app, tp, target)
             except Exception as exc:  # stopping, or no longer assigned: its next owner reads it
                 log.debug("tandem: no seek of %s to %s: %r", tp, target, exc)
+
+    def producer(self) -> AIOKafkaProducer:
+        return producer_of(self.app)
+
+    async def crash(self, exc: Exception) -> None:
+        await self.app.crash(exc)  # type: ignore[attr-defined]
 
     async def quiesce(self) -> None:
         await asyncio.gather(*(task.quiesce() for task in self.tasks.values()))
@@ -247,10 +256,9 @@ class Runtime:
                 how = "compiled" if part.active else "pure Python (not built, or TANDEM_PURE_PYTHON=1)"
                 log.info("tandem: %s is %s (%s)", part.what, how, part.module)
         in_python = [
-            f"{task.spec.name} {side} ({codec.topic}): {codec.python_reason}"
+            f"{task.spec.name} {side}: {reason}"
             for task in self.tasks.values()
-            for side, codec in task.intake.codecs.items()
-            if not codec.compiled
+            for side, reason in task.checks_in_python().items()
         ]
         if not in_python:
             check = "compiled (tables/records/_fastcheck)"

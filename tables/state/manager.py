@@ -70,7 +70,10 @@ class JoinState:
         sync_writes: bool = False,
         send_batch_bytes: int = SEND_BATCH_BYTES,
         stall_timeout_s: float = 120.0,
+        recovery: Callable[..., Recovery] = Recovery,
     ) -> None:
+        """`recovery`: what reads the changelog back (`Recovery`, Kafka's; the test driver's
+        reads its in-memory log: tables/testing/memory.py)."""
         self.changelog = changelog
         self.data_dir = Path(data_dir)
         self.table = table or changelog
@@ -81,7 +84,7 @@ class JoinState:
         self.partitions: dict[int, StatePartition] = {}
         self.ready: set[int] = set()  # active partitions restored to the end of their changelog
         self.warming: set[int] = set()  # standbys that are warm-up replicas of a pending move
-        self.recovery = Recovery(
+        self.recovery = recovery(
             settings_of(connection),
             changelog,
             self.partitions,

@@ -302,11 +302,11 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
         f.add("tandem_partition_results", [name, partition], n)
     for category, n in stats.dead_letters.items():
         f.add("tandem_dead_letters", [name, category], n)
-    f.add("tandem_held_records", [name], task.intake.aligner.held())
-    live = task.live_records()
-    if live is not None:
-        f.add("tandem_live_records", [name], live)
-    f.add("tandem_forced_records", [name], task.intake.aligner.forced)
+    held = task.input_snapshot()
+    f.add("tandem_held_records", [name], held.held)
+    if held.live_records is not None:
+        f.add("tandem_live_records", [name], held.live_records)
+    f.add("tandem_forced_records", [name], held.forced)
     f.add("tandem_batches", [name], stats.batches)
     f.add("tandem_handler_restarts", [name], stats.handler_restarts)
     f.add("tandem_join_failed", [name], 1 if stats.failure else 0)

@@ -83,7 +83,7 @@ def loop_view(runtime: Runtime) -> dict[str, Any]:
 
 def join_view(task: JoinTask) -> dict[str, Any]:
     """One join on this worker: its partitions, restores, lag, counters and rebalances."""
-    spec, stats, state, intake = task.spec, task.stats, task.state, task.intake
+    spec, stats, state, held = task.spec, task.stats, task.state, task.input_snapshot()
     actives = state.actives() if state else []
     restoring = state.restoring() if state else {}
     counts = task.counters()
@@ -120,14 +120,14 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         "null_values": stats.null_values,
         "dead_letters": sum(stats.dead_letters.values()),
         "dead_letters_by_category": {c: n for c, n in stats.dead_letters.items() if n},
-        "held": intake.aligner.held(),
+        "held": held.held,
         # Records the ready active partitions hold in memory (the windowed join's index).
-        "live_records": task.live_records(),
-        "forced": intake.aligner.forced,
+        "live_records": held.live_records,
+        "forced": held.forced,
         # Inputs not read for now (far ahead of their partner in event time) and what was
         # fetched of them before the pause, kept aside until they are resumed.
-        "paused": sorted(f"{tp.topic}:{tp.partition}" for tp in intake.ahead),
-        "deferred": sum(map(len, intake.deferred.values())),
+        "paused": held.paused,
+        "deferred": held.deferred,
         "late": counts.get("late", 0),
         "duplicates": counts.get("duplicates", 0),
         # Records read again that the state already held (restarts, rebalances): not duplicates.
