@@ -24,6 +24,7 @@ from faust.types import AppT
 
 from assignor.clients import bootstrap_of, faust_client_kwargs
 from tables.api import runtime_of
+from tables.operators.base import Side
 from tables.records.codecs import SideCodec
 from tables.spec import JoinSpec
 
@@ -99,7 +100,7 @@ class JoinRef:
         """The declaration (the module imported once per process)."""
         return _spec(self.app, self.join)
 
-    def codecs(self) -> dict[str, SideCodec]:
+    def codecs(self) -> dict[Side, SideCodec]:
         """The stream's own per-record checks of both inputs, by side (made once per process)."""
         return _codecs(self.app, self.join)
 
@@ -110,7 +111,7 @@ def _spec(app: str, join: str) -> JoinSpec:
 
 
 @functools.cache
-def _codecs(app: str, join: str) -> dict[str, SideCodec]:
+def _codecs(app: str, join: str) -> dict[Side, SideCodec]:
     spec = _spec(app, join)
     return spec.codecs()
 

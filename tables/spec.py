@@ -109,6 +109,7 @@ class JoinSpec:
     def codecs(self) -> dict[Side, SideCodec]:
         """Each input's record check (tables/records/sides.py), from its topic and options."""
         table = self.kind.table_side
+        inputs: tuple[tuple[Side, JoinInput], ...] = (("left", self.left), ("right", self.right))
         return {
             side: side_codec(
                 self.app,
@@ -120,7 +121,7 @@ class JoinSpec:
                 max_value_bytes=self.max_value_bytes,
                 deletes=side == table,
             )  # fmt: skip
-            for side, found in (("left", self.left), ("right", self.right))
+            for side, found in inputs
         }
 
 

@@ -31,17 +31,23 @@ Letter = tuple[str, int, int, bytes | None, bytes | None, Rejected]
 class Record(Protocol):
     """A fetched record, as the checks read it."""
 
-    key: bytes | None
-    value: bytes | None
-    offset: int
-    timestamp: int
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
 
 
 class Partition(Protocol):
     """A topic partition (Faust's TP)."""
 
-    topic: str
-    partition: int
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
 
 
 class Checked(NamedTuple):
@@ -83,7 +89,7 @@ def check_records(
         elif checked is DROPPED:
             nulls += 1
         else:
-            letters.append((topic, partition, offset, key, value, checked))  # type: ignore[arg-type]
+            letters.append((topic, partition, offset, key, value, checked))
     return Checked(offsets, stamps, events, nulls)
 
 
@@ -100,8 +106,8 @@ def side_codec(
 ) -> SideCodec:
     """The check of one input's records, from its Faust topic's types and serializers
     (`deletes`: the input is a table, whose null values delete their key)."""
-    key_serializer = topic.key_serializer or app.conf.key_serializer
-    value_serializer = topic.value_serializer or app.conf.value_serializer
+    key_serializer = topic.key_serializer or app.conf.key_serializer  # type: ignore[attr-defined]
+    value_serializer = topic.value_serializer or app.conf.value_serializer  # type: ignore[attr-defined]
 
     def loads_key(raw: bytes) -> Any:
         return app.serializers.loads_key(topic.key_type, raw, serializer=key_serializer)
@@ -111,8 +117,8 @@ def side_codec(
 
     return SideCodec(
         name,
-        key_check(topic.key_type, key_serializer, loads_key),
-        value_form(topic.value_type, value_serializer, loads_value),
+        key_check(topic.key_type, key_serializer, loads_key),  # type: ignore[arg-type]
+        value_form(topic.value_type, value_serializer, loads_value),  # type: ignore[arg-type]
         timestamp=timestamp,
         record_id=record_id,
         validate=validate,

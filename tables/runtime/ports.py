@@ -58,7 +58,7 @@ class ConsumerOffsets:
 
     def highwater(self, tp: TP) -> int | None:
         try:
-            return self.app.consumer.highwater(tp)  # type: ignore[no-any-return]
+            return self.app.consumer.highwater(tp)
         except Exception:  # not assigned (yet), or the consumer not started
             return None
 

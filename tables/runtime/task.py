@@ -70,7 +70,10 @@ class Worker(Protocol):
     @property
     def quiesce_timeout_s(self) -> float: ...
 
-    offsets: InputOffsets  # the inputs' high watermarks and committed offsets
+    @property
+    def offsets(self) -> InputOffsets:
+        """The inputs' high watermarks and committed offsets."""
+        ...
 
     def producer(self) -> Producer:
         """Where the changelog's record batches go, each acknowledged."""
@@ -364,7 +367,7 @@ class JoinTask:
         # written with the loop given a turn in between: written in the acks' callbacks, a
         # batch's partitions held the loop for all their writes at once.
         checkpoints = await asyncio.gather(
-            *(state.send_changes(p, producer, intake.positions(p)) for p in matches)  # type: ignore[arg-type]
+            *(state.send_changes(p, producer, intake.positions(p)) for p in matches)
         )
         for partition, checkpoint in zip(matches, checkpoints, strict=True):
             state.write(partition, checkpoint)
@@ -557,7 +560,7 @@ class JoinTask:
     def checks_in_python(self) -> dict[str, str]:
         """ "side (topic)" -> why its record check runs as Python (not compiled), for each such input."""
         codecs = self.intake.codecs.items()
-        return {f"{side} ({c.topic})": c.python_reason for side, c in codecs if not c.compiled}
+        return {f"{side} ({c.topic})": c.python_reason or "" for side, c in codecs if not c.compiled}
 
 
 async def _cancel(task: asyncio.Task[Any] | None) -> None:

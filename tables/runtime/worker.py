@@ -195,7 +195,7 @@ class Runtime:
         return producer_of(self.app)
 
     async def crash(self, exc: Exception) -> None:
-        await self.app.crash(exc)  # type: ignore[attr-defined]
+        await self.app.crash(exc)
 
     async def quiesce(self) -> None:
         await asyncio.gather(*(task.quiesce() for task in self.tasks.values()))

@@ -175,7 +175,7 @@ class JoinTestDriver:
     async def start(self) -> None:
         internals.check()
         self._saved_producer = self.app.producer
-        self.app.producer = self._producer  # type: ignore[assignment]
+        self.app.producer = self._producer  # type: ignore[misc, assignment]  # read-only in AppT
         collect_handler_sends(self.app)
         self._use_memory_tables()
         for name in (self.spec.changelog_topic, self.spec.dead_letter_topic):
@@ -188,10 +188,10 @@ class JoinTestDriver:
             await self._task.stop()
             self._task = None
         if self._saved_producer is not None:
-            self.app.producer = self._saved_producer
+            self.app.producer = self._saved_producer  # type: ignore[misc]
             self._saved_producer = None
         for table, data in self._saved_tables:
-            table._data = data  # type: ignore[attr-defined]
+            table._data = data
         self._saved_tables = []
         if self._worker is not None:
             self._worker.remove_files()
@@ -204,7 +204,7 @@ class JoinTestDriver:
         app's store (RocksDB files in the current directory); and a store made once is kept by
         the table, from one driver to the next, when the app lives at module level."""
         for table in self.spec.tables:
-            self._saved_tables.append((table, table._data))  # type: ignore[attr-defined]
+            self._saved_tables.append((table, table._data))  # type: ignore[attr-defined, arg-type]
             table._data = table._new_store_by_url("memory://")  # type: ignore[attr-defined]
 
     async def _start_task(self) -> None:
@@ -219,7 +219,7 @@ class JoinTestDriver:
             self._handed += feed  # for results()
             await handle(feed, *args)
 
-        task.handler.handle = handle_and_keep  # type: ignore[method-assign]
+        task.handler.handle = handle_and_keep  # type: ignore[method-assign, assignment]
         await task.assign(set(range(self.partitions)), set(), epoch=0)
         await task.restored()
         self._task = task
@@ -348,7 +348,7 @@ class JoinTestDriver:
     def table(self, table: Any) -> dict[Any, Any]:
         """A Faust table the handler updates (the table, or its name), as a dict."""
         found = self.app.tables[table] if isinstance(table, str) else table
-        return dict(found.data.items())
+        return dict(found.data.items())  # type: ignore[union-attr]
 
     def counters(self) -> dict[str, Any]:
         """The join's counters, as a worker's view shows them: records read, results,
@@ -391,13 +391,13 @@ class JoinTestDriver:
     def _decode_key(self, topic: TopicT | None, raw: bytes | None) -> Any:
         if raw is None or topic is None:
             return raw
-        serializer = topic.key_serializer or self.app.conf.key_serializer
+        serializer = topic.key_serializer or self.app.conf.key_serializer  # type: ignore[attr-defined]
         return self.app.serializers.loads_key(topic.key_type, raw, serializer=serializer)
 
     def _decode_value(self, topic: TopicT | None, raw: bytes | None) -> Any:
         if raw is None or topic is None:
             return raw
-        serializer = topic.value_serializer or self.app.conf.value_serializer
+        serializer = topic.value_serializer or self.app.conf.value_serializer  # type: ignore[attr-defined]
         return self.app.serializers.loads_value(topic.value_type, raw, serializer=serializer)
 
 

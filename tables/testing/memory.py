@@ -141,7 +141,7 @@ class MemoryProducer:
     async def flush(self) -> None:
         buffered, self._buffer = self._buffer, []
         for fut in buffered:
-            await fut.message.channel.publish_message(fut)  # type: ignore[attr-defined]
+            await fut.message.channel.publish_message(fut)
 
     def key_partition(self, topic: str, key: bytes) -> TP:
         return TP(topic, partition_for(key, self.log.partition_count(topic), "murmur2"))
@@ -207,7 +207,7 @@ class MemoryRecovery(Recovery):
             progress = self.progress[partition] = RestoreProgress(partition)
             rows = self.log.records.get((self.changelog, partition), [])
             checkpoint = self.partitions[partition].checkpoint
-            await self._apply(partition, rows[0 if checkpoint is None else checkpoint + 1 :])  # type: ignore[arg-type]
+            await self._apply(partition, rows[0 if checkpoint is None else checkpoint + 1 :])
             self._flush(partition)
             progress.position = progress.end = len(rows)
             on_ready(partition)
