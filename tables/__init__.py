@@ -14,7 +14,7 @@ co-partition group to Tandem's assignor, checks partition counts at start-up, de
 bad records, aligns the inputs by event time, keeps the state in RocksDB with its
 changelog (tables/state/), restores and replicates it, and commits input offsets only once
 their results are handled and acknowledged. Semantics: docs/join-semantics.md. The layers,
-from the bottom: records and operators (pure), spec, kafka, state, runtime, web, api
+from the bottom: operators and records (pure), spec, kafka, state, runtime, web, api
 (docs/tables.md). A new kind of join is an `Operator`, its `JoinKind` and `join_of_kind`
 (docs/tables.md, "Adding a join kind").
 """

@@ -43,8 +43,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("faust adapter", ("assignor.faust_adapter",)),
     ("assignor tools", ("assignor.cli", "assignor.whatif", "assignor.comparisons", "assignor.__main__")),
     ("base", ("tables.settings", "tables.compiled", "tables._version")),
-    ("records", ("tables.records",)),
+    # The operators and their event types; above them, what makes their events of input records.
     ("operators", ("tables.operators",)),
+    ("records", ("tables.records",)),
     ("declaration", ("tables.spec",)),
     ("kafka", ("tables.kafka",)),
     ("state", ("tables.state",)),
@@ -384,10 +385,10 @@ PLANTED = {
         "import importlib\n\nNAME = f\"{importlib.import_module('tables.web.view').__name__}\"\n",
         ["tables.operators.kv (operators) imports tables.web.view (web)"],
     ),
-    "records importing operators": (
-        "tables/records/codecs.py",
-        "from tables.operators.keys import meta_key\n",
-        ["tables.records.codecs (records) imports tables.operators.keys (operators)"],
+    "operators importing records": (
+        "tables/operators/keys.py",
+        "from tables.records.codecs import MAX_TS_MS\n",
+        ["tables.operators.keys (operators) imports tables.records.codecs (records)"],
     ),
     "tables importing the batch side": (
         "tables/spec.py",
