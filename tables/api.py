@@ -27,6 +27,7 @@ from tables.records.codecs import IdSpec, TimestampSpec
 from tables.runtime.results import JoinResults
 from tables.runtime.worker import Runtime
 from tables.spec import (
+    DEFAULT_MAX_FUTURE,
     DEFAULT_MAX_VALUE_BYTES,
     Duration,
     How,
@@ -35,6 +36,7 @@ from tables.spec import (
     Partitioner,
     as_input,
     check_spec,
+    duration_ms,
     join_type_of,
     temporal_kind_of,
     window_of,
@@ -83,6 +85,7 @@ def join(
     partitioner: Partitioner = "murmur2",
     tables: Sequence[TableT] = (),
     max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+    max_future: Duration | None = DEFAULT_MAX_FUTURE,
     audit: bool = False,
 ) -> Callable[[Handler], JoinSpec]:
     """Declare a windowed join of two co-partitioned Faust topics by their Kafka key, and the
@@ -104,6 +107,8 @@ def join(
       partition count, placed and replicated with the join), and the handler writes to the
       partition of the result it is handling.
     - `max_value_bytes`: larger values are dead-lettered (None: no limit).
+    - `max_future`: a record timed further ahead of the worker's clock is dead-lettered
+      (`future_timestamp`) instead of moving stream time (default a day; None: no bound).
     - `audit`: also write, for every result handed to the handler, a small record (its
       partition, time and fingerprint) to `{app id}-{name}-audit`, with the batch's output:
       what `python -m pipeline reconcile` compares with the batch twin (docs/pipeline.md).
@@ -124,6 +129,7 @@ def join(
             partitioner=partitioner,
             tables=tuple(tables),
             max_value_bytes=max_value_bytes,
+            max_future_ms=duration_ms(max_future, "max_future"),
             audit=audit,
         )
         return declared(spec)
@@ -145,6 +151,7 @@ def join_table(
     partitioner: Partitioner = "murmur2",
     tables: Sequence[TableT] = (),
     max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+    max_future: Duration | None = DEFAULT_MAX_FUTURE,
     audit: bool = False,
 ) -> Callable[[Handler], JoinSpec]:
     """Declare an enrichment join: each record of `stream` joined with the value `table` held
@@ -161,7 +168,7 @@ def join_table(
     - `how`: "inner" (no result without a table value) or "left" (the table value None).
     - `timestamp`: as for `join`, for both inputs; `id`: the stream's record identity (a
       table's records are identified by their offsets).
-    - `name`, `partitioner`, `tables`, `max_value_bytes`: as for `join`.
+    - `name`, `partitioner`, `tables`, `max_value_bytes`, `max_future`: as for `join`.
     - `audit`: as for `join`: write, for every result handed to the handler, a small record
       (its partition, time and fingerprint: of the key, the stream value, the table value or
       none, and the stream record's time) to `{app id}-{name}-audit`, with the batch's output:
@@ -182,6 +189,7 @@ def join_table(
             partitioner=partitioner,
             tables=tuple(tables),
             max_value_bytes=max_value_bytes,
+            max_future_ms=duration_ms(max_future, "max_future"),
             audit=audit,
         )
         return declared(spec)

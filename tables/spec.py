@@ -26,6 +26,9 @@ Partitioner = Literal["murmur2", "crc32", "none"]
 Handler = Callable[[Any], Awaitable[None]]  # async def handler(results: JoinResults[K, L, R])
 
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+# How far ahead of the worker's clock a record's time may be (a record past it would move stream
+# time there and make its partition's next records late): it is dead-lettered, `future_timestamp`.
+DEFAULT_MAX_FUTURE = timedelta(days=1)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -73,6 +76,8 @@ class JoinSpec:
     partitioner: Partitioner = "murmur2"
     tables: Sequence[TableT] = ()
     max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES
+    # Records timed further ahead of the worker's clock are dead-lettered (None: no bound).
+    max_future_ms: int | None = int(DEFAULT_MAX_FUTURE / timedelta(milliseconds=1))
     headers: Sequence[tuple[str, bytes]] = field(default_factory=tuple)
     # Write one audit record per result to `audit_topic` (tables/runtime/output.py).
     audit: bool = False

@@ -255,6 +255,7 @@ def codecs_for(
     record_id: str | None,
     max_value_bytes: int | None,
     validated: bool,
+    max_future_ms: int | None = None,
 ) -> tuple[dict[str, Validate], dict[str, SideCodec]]:
     """One codec per name with the same options, each with its own counting `validate`."""
     calls = {name: Validate() for name in names}
@@ -267,6 +268,7 @@ def codecs_for(
                 "record_id": record_id,
                 "max_value_bytes": max_value_bytes,
                 "validate": calls[name] if validated else None,
+                "max_future_ms": max_future_ms,
             },
         )
         for name in names
@@ -281,6 +283,7 @@ def codecs_for(
     st.sampled_from([None, None, "event_id", "event_id", "event_id", "ts", "note", "label", "missing", ""]),
     st.booleans(),
     st.sampled_from([None, None, None, 64, 400, 0, -1, 10**30]),
+    st.sampled_from([None, None, 3_600_000, 0, 10**20]),  # max_future: times past now + it are refused
     st.data(),
 )
 def test_the_compiled_accept_decides_as_the_python_accept_and_check(
@@ -290,12 +293,20 @@ def test_the_compiled_accept_decides_as_the_python_accept_and_check(
     record_id: str | None,
     validated: bool,
     max_value_bytes: int | None,
+    max_future_ms: int | None,
     data: st.DataObject,
 ) -> None:
     model = MODELS[model_name]
     records = data.draw(st.lists(st.tuples(_keys, values(model), _offsets, _message_ts), max_size=8))
     calls, made = codecs_for(
-        ("check", "python", "compiled"), model, key_type, timestamp, record_id, max_value_bytes, validated
+        ("check", "python", "compiled"),
+        model,
+        key_type,
+        timestamp,
+        record_id,
+        max_value_bytes,
+        validated,
+        max_future_ms,
     )
     compiled = made["compiled"]
     covered = record_id != "" and not (model is None and validated)

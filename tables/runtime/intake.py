@@ -382,6 +382,7 @@ def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
         record_id=side.id,
         validate=side.validate,
         max_value_bytes=spec.max_value_bytes,
+        max_future_ms=spec.max_future_ms,
         deletes=side is _side_of(spec, spec.kind.table_side),
     )
 

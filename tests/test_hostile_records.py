@@ -1,0 +1,126 @@
+"""Hostile input records (issue 36, the record path): each one is dead-lettered with its reason
+and the join goes on. Run on the real codecs (compiled check and pure Python), the real
+operator over RocksDB files, the real output path (tables/testing/driver.py)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import faust
+import orjson
+import pytest
+
+from tables import JoinInput, JoinResults, TandemAssignor, join
+from tables.records import codecs
+from tables.records.codecs import MAX_TS_MS
+from tables.testing import JoinTestDriver
+
+counter = itertools.count()
+
+
+class Order(faust.Record, serializer="json"):
+    order_id: int
+    ts: int
+
+
+class Payment(faust.Record, serializer="json"):
+    order_id: int
+    ts: int
+
+
+@pytest.fixture(params=["compiled", "python"])
+def record_check(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test once with the compiled per-record check (tables/records/_fastcheck.pyx) and
+    once with the pure-Python one, the reference."""
+    if request.param == "compiled" and codecs.CHECK.built is None:
+        pytest.skip("tables.records._fastcheck is not built (setup.py build_ext --inplace)")
+    was = codecs.CHECK.active
+    codecs.CHECK.use(request.param == "compiled")
+    yield request.param
+    codecs.CHECK.use(was)
+
+
+def orders_app(key_serializer: str = "raw", **options: Any) -> tuple[Any, dict[str, Any]]:
+    """A join of orders and payments by an int order id, times from the records' `ts`, one
+    partition (one stream time); the handler sends each result's order id."""
+    app = faust.App(f"hostile-{next(counter)}", PartitionAssignor=TandemAssignor, web_enabled=False)
+    topics = {
+        name: app.topic(name, key_type=int, key_serializer=key_serializer, value_type=model, partitions=1)
+        for name, model in (("orders", Order), ("payments", Payment))
+    }
+    topics["out"] = app.topic("paid", key_type=int, key_serializer="json", value_serializer="json")
+
+    @join(
+        app, JoinInput(topics["orders"], timestamp="ts"), JoinInput(topics["payments"], timestamp="ts"),
+        within=timedelta(seconds=10), grace=timedelta(seconds=1), **options,
+    )  # fmt: skip
+    async def paid(results: JoinResults[int, Order, Payment]) -> None:
+        async for order_id, _order, _payment, ts in results:
+            await topics["out"].send(key=order_id, value={"ts": ts})
+
+    return paid, topics
+
+
+def now_ms() -> int:
+    return int(datetime.now(UTC).timestamp() * 1000)
+
+
+async def send_pair(driver: JoinTestDriver, key: bytes, ts: int) -> None:
+    for topic, value in (("orders", {"order_id": 0, "ts": ts}), ("payments", {"order_id": 0, "ts": ts + 5})):
+        await driver.send(topic, key=key, value=orjson.dumps(value), timestamp=ts, raw=True)
+
+
+# -- Finding 2: one far-future timestamp stops a partition ---------------------------------
+
+
+@pytest.mark.usefixtures("record_check")
+async def test_a_far_future_record_is_dead_lettered_and_does_not_make_the_next_ones_late() -> None:
+    paid, topics = orders_app()
+    async with JoinTestDriver(paid, partitions=1) as d:
+        end_of_time = {"order_id": 1, "ts": MAX_TS_MS}  # 9999-12-31T23:59:59.999Z, a valid time
+        await d.send("orders", key=b"1", value=orjson.dumps(end_of_time), timestamp=0, raw=True)
+        now = now_ms()
+        await send_pair(d, b"2", now)
+        await send_pair(d, b"3", now + 1_000)
+        await d.advance(stream_time=now + 60_000)
+        assert sorted(s.key for s in d.sent(topics["out"])) == [2, 3]
+        (letter,) = d.dead_letters()
+        assert letter["category"] == "future_timestamp" and letter["offset"] == 0
+        assert "9999-12-31T23:59:59.999+00:00 is more than max_future" in letter["reason"]
+        assert d.counters()["late"] == 0
+
+
+@pytest.mark.usefixtures("record_check")
+async def test_max_future_is_set_per_join_and_none_turns_it_off() -> None:
+    now = now_ms()
+    for max_future, refused in ((timedelta(minutes=1), True), (None, False), (timedelta(days=1), False)):
+        paid, topics = orders_app(max_future=max_future)
+        async with JoinTestDriver(paid, partitions=1) as d:
+            await send_pair(d, b"1", now + 3_600_000)  # an hour ahead
+            categories = [letter["category"] for letter in d.dead_letters()]
+            assert categories == (["future_timestamp"] * 2 if refused else []), max_future
+
+
+# -- Finding 8: an int-key join takes 1.5 and true as 1 -----------------------------------
+
+
+@pytest.mark.usefixtures("record_check")
+async def test_an_int_key_join_dead_letters_keys_that_are_not_integers() -> None:
+    paid, topics = orders_app(key_serializer="json")
+    async with JoinTestDriver(paid, partitions=1) as d:
+        now = now_ms()
+        await send_pair(d, b"1.5", now)
+        await send_pair(d, b"true", now + 10)
+        await send_pair(d, b"[1]", now + 20)
+        await send_pair(d, b"1", now + 30)
+        await send_pair(d, b'"2"', now + 40)  # a JSON string of digits: Faust's int("2")
+        await d.advance(stream_time=now + 60_000)
+        assert sorted(s.key for s in d.sent(topics["out"])) == [1, 2]
+        letters = d.dead_letters()
+        assert [letter["category"] for letter in letters] == ["wrong_type"] * 6
+        assert [letter["key"] for letter in letters] == ["1.5", "1.5", "true", "true", "[1]", "[1]"]
+        assert "is float, not an int" in letters[0]["reason"]
+        assert "is bool, not an int" in letters[2]["reason"]
