@@ -4,6 +4,7 @@ operator over RocksDB files, the real output path (tables/testing/driver.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ import pytest
 from tables import JoinInput, JoinResults, TandemAssignor, join
 from tables.records import codecs
 from tables.records.codecs import MAX_TS_MS
+from tables.runtime.output import LETTER_KEEPS_BYTES
 from tables.testing import JoinTestDriver
 
 counter = itertools.count()
@@ -43,9 +45,12 @@ def record_check(request: pytest.FixtureRequest) -> Iterator[str]:
     codecs.CHECK.use(was)
 
 
-def orders_app(key_serializer: str = "raw", **options: Any) -> tuple[Any, dict[str, Any]]:
+def orders_app(
+    key_serializer: str = "raw", big_result: int | None = None, **options: Any
+) -> tuple[Any, dict[str, Any]]:
     """A join of orders and payments by an int order id, times from the records' `ts`, one
-    partition (one stream time); the handler sends each result's order id."""
+    partition (one stream time); the handler sends each result's order id (the result of
+    order `big_result` 300 KB large, with the join's own producer: `send_soon`)."""
     app = faust.App(f"hostile-{next(counter)}", PartitionAssignor=TandemAssignor, web_enabled=False)
     topics = {
         name: app.topic(name, key_type=int, key_serializer=key_serializer, value_type=model, partitions=1)
@@ -59,7 +64,11 @@ def orders_app(key_serializer: str = "raw", **options: Any) -> tuple[Any, dict[s
     )  # fmt: skip
     async def paid(results: JoinResults[int, Order, Payment]) -> None:
         async for order_id, _order, _payment, ts in results:
-            await topics["out"].send(key=order_id, value={"ts": ts})
+            if big_result is None:
+                await topics["out"].send(key=order_id, value={"ts": ts})
+            else:
+                padding = "x" * (300_000 if order_id == big_result else 10)
+                results.send_soon(topics["out"], key=order_id, value={"ts": ts, "padding": padding})
 
     return paid, topics
 
@@ -124,3 +133,63 @@ async def test_an_int_key_join_dead_letters_keys_that_are_not_integers() -> None
         assert [letter["key"] for letter in letters] == ["1.5", "1.5", "true", "true", "[1]", "[1]"]
         assert "is float, not an int" in letters[0]["reason"]
         assert "is bool, not an int" in letters[2]["reason"]
+
+
+# -- Finding 1: a poison record crash-loops the worker ---------------------------------------
+
+POISON = b"\x01" * 1_000_000  # 6,001,140 bytes of JSON as a dead letter's text, kept whole
+
+
+def limit_producer(driver: JoinTestDriver, max_request_size: int) -> None:
+    """The producer's max_request_size, as Faust's `producer_max_request_size` sets it on
+    aiokafka's producer (the driver's in-memory producer has none by itself)."""
+    driver.app.producer._ensure_producer()._max_request_size = max_request_size  # type: ignore[attr-defined]
+
+
+async def test_a_dead_letter_keeps_a_bounded_part_of_a_huge_value_with_its_length_and_hash() -> None:
+    paid, topics = orders_app()
+    async with JoinTestDriver(paid, partitions=1) as d:
+        now = now_ms()
+        await d.send("orders", key=b"1", value=POISON, timestamp=now, raw=True)
+        await send_pair(d, b"2", now)
+        await d.advance(stream_time=now + 60_000)
+        assert [s.key for s in d.sent(topics["out"])] == [2]
+        (raw_letter,) = [row.value for _, row in d.log.topic(paid.dead_letter_topic)]
+        assert len(raw_letter) < 200_000  # 6,001,140 bytes before
+        letter = orjson.loads(raw_letter)
+        assert letter["category"] == "too_large" and letter["value"] == "\x01" * LETTER_KEEPS_BYTES
+        assert letter["value_bytes"] == 1_000_000
+        assert letter["value_sha256"] == hashlib.sha256(POISON).hexdigest()
+        assert "key_bytes" not in letter and letter["key"] == "1"
+
+
+async def test_a_result_too_large_for_the_producer_is_dead_lettered_and_the_rest_are_sent() -> None:
+    paid, topics = orders_app(big_result=7)
+    async with JoinTestDriver(paid, partitions=1) as d:
+        limit_producer(d, 200_000)
+        now = now_ms()
+        for n, key in enumerate((b"6", b"7", b"8")):
+            await send_pair(d, key, now + n)
+        await d.advance(stream_time=now + 60_000)
+        assert [s.key for s in d.sent(topics["out"])] == [6, 8]
+        (letter,) = d.dead_letters()
+        assert letter["category"] == "too_large" and letter["offset"] is None
+        assert "over the producer's max_request_size (200000 bytes)" in letter["reason"]
+        assert letter["value_bytes"] > 300_000 and len(letter["value"]) == LETTER_KEEPS_BYTES
+
+
+async def test_a_letter_too_large_even_when_cut_is_skipped_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    paid, topics = orders_app()
+    async with JoinTestDriver(paid, partitions=1) as d:
+        limit_producer(d, 2_000)  # below a letter's 16 KiB of value
+        now = now_ms()
+        await d.send("orders", key=b"1", value=b"{" * 50_000, timestamp=now, raw=True)
+        await send_pair(d, b"2", now)
+        await d.advance(stream_time=now + 60_000)
+        assert [s.key for s in d.sent(topics["out"])] == [2]
+        assert d.dead_letters() == []
+        assert d.stats.letters_skipped == 1 and d.counters()["dead_letters"] == {"undecodable": 1}
+        (line,) = [r for r in caplog.records if "skips 1 dead letter" in r.getMessage()]
+        assert line.levelname == "ERROR" and "max_request_size" in line.getMessage()

@@ -381,7 +381,7 @@ def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
         timestamp=side.timestamp,
         record_id=side.id,
         validate=side.validate,
-        max_value_bytes=spec.max_value_bytes,
+        max_value_bytes=spec.value_limit,
         max_future_ms=spec.max_future_ms,
         deletes=side is _side_of(spec, spec.kind.table_side),
     )
