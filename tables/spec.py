@@ -29,9 +29,9 @@ DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
 # How far ahead of the worker's clock a record's time may be (a record past it would move stream
 # time there and make its partition's next records late): it is dead-lettered, `future_timestamp`.
 DEFAULT_MAX_FUTURE = timedelta(days=1)
-# An input value must fit, with its key and the state's own bytes, in one record of the join's
-# changelog, within the producer's max_request_size: room kept for the rest.
-CHANGELOG_ROOM_BYTES = 64 * 1024
+# An input record's key, id and value make one record of the join's changelog, which must fit
+# the producer's max_request_size: room kept for the rest (the record batch, the time, lengths).
+CHANGELOG_ROOM_BYTES = 1024
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -86,12 +86,11 @@ class JoinSpec:
     audit: bool = False
 
     @property
-    def value_limit(self) -> int:
-        """The largest input value the join takes: `max_value_bytes`, and never more than its
-        changelog can carry (the producer's `max_request_size` less CHANGELOG_ROOM_BYTES): a
-        value accepted but never written would stop the join at every restart."""
-        writable = int(self.app.conf.producer_max_request_size) - CHANGELOG_ROOM_BYTES
-        return writable if self.max_value_bytes is None else min(self.max_value_bytes, writable)
+    def record_limit(self) -> int:
+        """The largest input record the join takes, its key, id and value together: what its
+        changelog can carry (the producer's `max_request_size` less CHANGELOG_ROOM_BYTES). A
+        record accepted but never written would stop the join at every restart."""
+        return int(self.app.conf.producer_max_request_size) - CHANGELOG_ROOM_BYTES
 
     @property
     def changelog_topic(self) -> str:

@@ -46,14 +46,16 @@ def record_check(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def orders_app(
-    key_serializer: str = "raw", big_result: int | None = None, **options: Any
+    key_serializer: str = "raw", big_result: int | None = None, key_type: Any = int, **options: Any
 ) -> tuple[Any, dict[str, Any]]:
     """A join of orders and payments by an int order id, times from the records' `ts`, one
     partition (one stream time); the handler sends each result's order id (the result of
     order `big_result` 300 KB large, with the join's own producer: `send_soon`)."""
     app = faust.App(f"hostile-{next(counter)}", PartitionAssignor=TandemAssignor, web_enabled=False)
     topics = {
-        name: app.topic(name, key_type=int, key_serializer=key_serializer, value_type=model, partitions=1)
+        name: app.topic(
+            name, key_type=key_type, key_serializer=key_serializer, value_type=model, partitions=1
+        )
         for name, model in (("orders", Order), ("payments", Payment))
     }
     topics["out"] = app.topic("paid", key_type=int, key_serializer="json", value_serializer="json")
@@ -157,7 +159,7 @@ async def test_a_dead_letter_keeps_a_bounded_part_of_a_huge_value_with_its_lengt
         (raw_letter,) = [row.value for _, row in d.log.topic(paid.dead_letter_topic)]
         assert len(raw_letter) < 200_000  # 6,001,140 bytes before
         letter = orjson.loads(raw_letter)
-        assert letter["category"] == "too_large" and letter["value"] == "\x01" * LETTER_KEEPS_BYTES
+        assert letter["category"] == "undecodable" and letter["value"] == "\x01" * LETTER_KEEPS_BYTES
         assert letter["value_bytes"] == 1_000_000
         assert letter["value_sha256"] == hashlib.sha256(POISON).hexdigest()
         assert "key_bytes" not in letter and letter["key"] == "1"
@@ -193,3 +195,23 @@ async def test_a_letter_too_large_even_when_cut_is_skipped_counted_and_logged(
         assert d.stats.letters_skipped == 1 and d.counters()["dead_letters"] == {"undecodable": 1}
         (line,) = [r for r in caplog.records if "skips 1 dead letter" in r.getMessage()]
         assert line.levelname == "ERROR" and "max_request_size" in line.getMessage()
+
+
+@pytest.mark.usefixtures("record_check")
+async def test_a_record_its_changelog_could_not_carry_is_dead_lettered_not_joined() -> None:
+    """A 600 KB key and a 500 KB value, each under its limit: together they would make a
+    changelog record over Faust's producer_max_request_size (1,000,000), which stopped the join
+    at every restart; now the record is `too_large`, and the next pair joins."""
+    paid, topics = orders_app(key_type=str)
+    async with JoinTestDriver(paid, partitions=1) as d:
+        limit_producer(d, paid.app.conf.producer_max_request_size)
+        now = now_ms()
+        key = b"k" * 600_000
+        value = orjson.dumps({"order_id": 1, "ts": now, "note": "x" * 500_000})
+        await d.send("orders", key=key, value=value, timestamp=now, raw=True)
+        await send_pair(d, b"2", now)
+        await d.advance(stream_time=now + 60_000)
+        assert [s.key for s in d.sent(topics["out"])] == [2]
+        (letter,) = d.dead_letters()
+        assert letter["category"] == "too_large" and "what the changelog can carry" in letter["reason"]
+        assert letter["key_bytes"] == len(key) and len(letter["key"]) == LETTER_KEEPS_BYTES

@@ -256,6 +256,7 @@ def codecs_for(
     max_value_bytes: int | None,
     validated: bool,
     max_future_ms: int | None = None,
+    max_record_bytes: int | None = None,
 ) -> tuple[dict[str, Validate], dict[str, SideCodec]]:
     """One codec per name with the same options, each with its own counting `validate`."""
     calls = {name: Validate() for name in names}
@@ -269,6 +270,7 @@ def codecs_for(
                 "max_value_bytes": max_value_bytes,
                 "validate": calls[name] if validated else None,
                 "max_future_ms": max_future_ms,
+                "max_record_bytes": max_record_bytes,
             },
         )
         for name in names
@@ -284,6 +286,7 @@ def codecs_for(
     st.booleans(),
     st.sampled_from([None, None, None, 64, 400, 0, -1, 10**30]),
     st.sampled_from([None, None, 3_600_000, 0, 10**20]),  # max_future: times past now + it are refused
+    st.sampled_from([None, None, 40, 120, 0, 10**30]),  # max_record_bytes: key, id and value together
     st.data(),
 )
 def test_the_compiled_accept_decides_as_the_python_accept_and_check(
@@ -294,6 +297,7 @@ def test_the_compiled_accept_decides_as_the_python_accept_and_check(
     validated: bool,
     max_value_bytes: int | None,
     max_future_ms: int | None,
+    max_record_bytes: int | None,
     data: st.DataObject,
 ) -> None:
     model = MODELS[model_name]
@@ -307,6 +311,7 @@ def test_the_compiled_accept_decides_as_the_python_accept_and_check(
         max_value_bytes,
         validated,
         max_future_ms,
+        max_record_bytes,
     )
     compiled = made["compiled"]
     covered = record_id != "" and not (model is None and validated)

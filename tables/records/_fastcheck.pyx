@@ -184,8 +184,8 @@ cdef class _Accept:
     cdef _Model form  # None: a JSON object (a JsonForm of objects)
     cdef int key_kind
     cdef Py_ssize_t ts_index, id_index  # the time's and the id's field in `form`, or -1
-    cdef bint builds, has_limit, has_future
-    cdef int64_t limit, max_ts
+    cdef bint builds, has_limit, has_future, has_record_limit
+    cdef int64_t limit, max_ts, record_limit  # record_limit: key, id and value together (`unwritable`)
     # `Horizon` (tables/records/codecs.py): the latest time accepted as of the clock last read.
     cdef int64_t max_future, ceiling
 
@@ -231,7 +231,9 @@ cdef class _Accept:
         if overflow or n < 0 or (n > self.ceiling and not self.within_horizon(n)):
             return self.handoff(key, value, offset, message_ts)
         cdef object record_id = self.record_id(payload, is_dict, offset, values)
-        if record_id is None:
+        if record_id is None or (self.has_record_limit and (
+            PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(record_id) + PyBytes_GET_SIZE(value) > self.record_limit
+        )):
             return self.handoff(key, value, offset, message_ts)
         built = None
         if self.builds:
@@ -337,12 +339,13 @@ def model(model, names, masks, nonnull, defaults, no_default):
 
 
 def accept(handoff, loads, key_kind, _Model form, ts_field, id_field, validate, builds, limit, max_ts,
-           rejected, max_future=None):
+           rejected, max_future=None, max_record=None):
     """`SideCodec.accept` compiled for one covered configuration: `accept(key, value, offset,
     message_ts)` -> (ts, record id, built value or None), or what `handoff` (the Python
     accept) answers for the record. `form` None: a JSON object (JsonForm of objects, no validate);
     `ts_field` None: the Kafka timestamp; `id_field` None: the offset; `limit` None: none;
-    `max_future` (ms) None: no bound ahead of the wall clock but `max_ts`."""
+    `max_future` (ms) None: no bound ahead of the wall clock but `max_ts`; `max_record` (the
+    key, id and value together, in bytes) None: none."""
     if key_kind not in (RAW_KEY, STR_KEY, INT_KEY):
         raise ValueError(f"unknown key kind {key_kind!r}")
     if ts_field is not None and type(ts_field) is not str:
@@ -358,6 +361,8 @@ def accept(handoff, loads, key_kind, _Model form, ts_field, id_field, validate, 
     check.has_limit = limit is not None
     check.limit = min(limit, 2**63 - 1) if limit is not None else 0  # past int64: no limit a value reaches
     check.max_ts = max_ts
+    check.has_record_limit = max_record is not None
+    check.record_limit = min(max_record, 2**63 - 1) if max_record is not None else 0
     check.has_future = max_future is not None
     check.max_future = min(max_future, max_ts) if max_future is not None else 0
     check.ceiling = max_ts if max_future is None else -1  # read the clock at the first record

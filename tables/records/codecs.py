@@ -35,7 +35,7 @@ from tables.compiled import CompiledPart
 
 Category = Literal[
     "null_key",  # no Kafka key: it cannot be joined by key
-    "too_large",  # value over the join's size limit
+    "too_large",  # value over the join's size limit, or a record its changelog cannot carry
     "undecodable",  # the serializer could not read it
     "wrong_type",  # decoded, but the declared types reject it
     "timestamp",  # no usable timestamp
@@ -82,6 +82,18 @@ class Accepted:
     ts: int
     record_id: bytes
     value: Any = None  # the decoded value, when it was built to check the record
+
+
+def unwritable(key: bytes, record_id: bytes, value: bytes | None, limit: int | None) -> Rejected | None:
+    """Why a record is too large for the join's changelog (whose records hold its key, its id
+    and its value: a producer's `max_request_size` less room for the rest), or None. Taken, it
+    could never be written, and its batch would fail at every restart."""
+    size = len(key) + len(record_id) + (0 if value is None else len(value))
+    if limit is None or size <= limit:
+        return None
+    return Rejected(
+        f"key, id and value of {size} bytes exceed {limit}, what the changelog can carry", "too_large"
+    )
 
 
 class Horizon:
@@ -515,12 +527,15 @@ class SideCodec:
         max_value_bytes: int | None = None,
         deletes: bool = False,
         max_future_ms: int | None = None,
+        max_record_bytes: int | None = None,
     ) -> None:
         """`deletes`: the side is a table, whose null value deletes its key from the record's
         Kafka timestamp on (accepted, with the offset as its id, and no value); else a null
         value is dropped (`DROPPED`). `max_future_ms`: how far ahead of the wall clock a
-        record's time may be (`Horizon`; None: no bound but year 9999)."""
+        record's time may be (`Horizon`; None: no bound but year 9999). `max_record_bytes`: the
+        key, id and value together, at most (`unwritable`; None: no bound)."""
         self.horizon = Horizon(max_future_ms)
+        self.max_record_bytes = max_record_bytes
         self.topic = topic
         self.deletes = deletes
         self.key = key
@@ -579,6 +594,8 @@ class SideCodec:
         record_id = self._record_id(payload, built, offset)
         if type(record_id) is Rejected:
             return record_id
+        if (too_large := unwritable(key, record_id, value, self.max_record_bytes)) is not None:
+            return too_large
         return Accepted(ts, record_id, built)
 
     def _delete(self, key: bytes, offset: int, message_ts: int | None) -> Accepted | Rejected:
@@ -591,7 +608,10 @@ class SideCodec:
             return Rejected("a delete (null value) without a usable Kafka timestamp", "timestamp")
         if message_ts > self.horizon.ceiling and (refused := self.horizon.refused(message_ts)) is not None:
             return refused
-        return Accepted(message_ts, _OFFSET.pack(offset), None)
+        record_id = _OFFSET.pack(offset)
+        if (too_large := unwritable(key, record_id, None, self.max_record_bytes)) is not None:
+            return too_large
+        return Accepted(message_ts, record_id, None)
 
     def _timestamp(self, payload: Any, built: Any, message_ts: int | None) -> int | str:
         spec = self.timestamp
@@ -649,6 +669,8 @@ class SideCodec:
             reason = "its id is a function"  # (an empty id name takes the reference's slow steps)
         elif not (limit is None or type(limit) is int):
             reason = "its max_value_bytes is not an int"
+        elif not (self.max_record_bytes is None or type(self.max_record_bytes) is int):
+            reason = "its max_record_bytes is not an int"
         self.python_reason: str | None = reason
         if reason is not None:
             return None
@@ -665,6 +687,7 @@ class SideCodec:
             MAX_TS_MS,
             Rejected,
             self.horizon.max_future_ms,
+            self.max_record_bytes,
         )
 
     def _fast_form(self) -> tuple[Any, str | None]:
@@ -711,7 +734,7 @@ class SideCodec:
         id_from_offset = self.record_id is None
         slow_timestamp, slow_record_id, pack_offset = self._timestamp, self._record_id, _OFFSET.pack
         delete = self._delete if self.deletes else None
-        horizon = self.horizon
+        horizon, record_limit = self.horizon, self.max_record_bytes
 
         def accept(key: bytes | None, value: bytes | None, offset: int, message_ts: int | None) -> Any:
             if key is None:
@@ -771,6 +794,8 @@ class SideCodec:
                 record_id = slow_record_id(payload, built, offset)
                 if type(record_id) is Rejected:
                     return record_id
+            if record_limit is not None and (too_large := unwritable(key, record_id, value, record_limit)):
+                return too_large
             return ts, record_id, built
 
         return accept

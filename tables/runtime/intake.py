@@ -381,8 +381,9 @@ def side_codec(spec: JoinSpec, side: JoinInput) -> SideCodec:
         timestamp=side.timestamp,
         record_id=side.id,
         validate=side.validate,
-        max_value_bytes=spec.value_limit,
+        max_value_bytes=spec.max_value_bytes,
         max_future_ms=spec.max_future_ms,
+        max_record_bytes=spec.record_limit,
         deletes=side is _side_of(spec, spec.kind.table_side),
     )
 
