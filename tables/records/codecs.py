@@ -794,8 +794,8 @@ class SideCodec:
                 record_id = slow_record_id(payload, built, offset)
                 if type(record_id) is Rejected:
                     return record_id
-            if record_limit is not None and (too_large := unwritable(key, record_id, value, record_limit)):
-                return too_large
+            if record_limit is not None and len(key) + len(record_id) + len(value) > record_limit:
+                return unwritable(key, record_id, value, record_limit)
             return ts, record_id, built
 
         return accept
