@@ -271,11 +271,12 @@ cdef class _Accept:
             text = <object>decoded
             Py_XDECREF(decoded)
             return text
-        # int(raw) for an optional '-' and 1 to 18 ASCII digits; int() also takes spaces,
-        # '+', '_' and bigger numbers, or rejects the key: the reference does those.
+        # int(raw) for an optional '-' and 1 to 18 ASCII digits, no leading zero (as Faust
+        # writes an int); bigger numbers, or a key the reference rejects (a leading zero, -0,
+        # spaces, '+', '_', ...): the reference does those.
         cdef bint negative = size > 0 and p[0] == c'-'
         cdef Py_ssize_t i = 1 if negative else 0
-        if size - i < 1 or size - i > 18:
+        if size - i < 1 or size - i > 18 or (p[i] == c'0' and (negative or size - i > 1)):
             return None
         cdef int64_t v = 0
         while i < size:

@@ -454,10 +454,15 @@ def raw_key(raw: bytes) -> Any:
 
 
 def int_key(raw: bytes) -> Any:
-    """A key of an int in ASCII digits (Faust's raw int keys)."""
+    """A key of an int as Faust writes one (`str(n).encode()`): ASCII digits, `-` first if
+    negative, no leading zero. Only those: `int()` also reads b"07", b" 7", b"+7" and b"0_7" as
+    7, other Kafka keys (on other partitions, maybe) joined as one."""
+    digits = raw[1:] if raw[:1] == b"-" else raw
+    if not digits.isdigit() or (digits[:1] == b"0" and raw != b"0"):
+        return Rejected(f"key {raw[:40]!r} is not an int", "wrong_type")
     try:
         return int(raw)
-    except ValueError:
+    except ValueError:  # past Python's 4,300 digits
         return Rejected(f"key {raw[:40]!r} is not an int", "wrong_type")
 
 
@@ -492,16 +497,16 @@ def key_check(key_type: Any, serializer: str | None, loads: Callable[[bytes], An
 
 
 def exact_int_key(serializer: str | None, faust_key: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
-    """An int key in another serializer than raw (JSON): Faust's `int(decoded)` takes `1.5`
-    and `true` as 1, so records of different keys would join as one. Only an integer, or
-    text Faust reads as one, is a key; any other decoded value is `wrong_type`."""
+    """An int key in another serializer than raw (JSON): Faust's `int(decoded)` takes `1.5`,
+    `true` and `"1"` as 1, so records of different keys would join as one. Only an integer is
+    a key (what Faust writes for one); any other decoded value is `wrong_type`."""
 
     def int_key_of(raw: bytes) -> Any:
         try:
             payload = faust_codecs.loads(serializer, raw)
         except Exception:
             return faust_key(raw)  # it says why
-        if type(payload) not in (int, str, bytes):
+        if type(payload) is not int:
             kind = "null" if payload is None else type(payload).__name__
             return Rejected(f"key {raw[:40]!r} is {kind}, not an int", "wrong_type")
         return faust_key(raw)
