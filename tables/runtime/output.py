@@ -136,8 +136,8 @@ class Collector:
     def _unsendable(self, refused: RecordsTooLarge, record: Record, size: int) -> Letter:
         """The dead letter of a record of the handler's that no broker would take."""
         reason = (
-            f"a result of {size} bytes to {refused.topic} is over the producer's max_request_size "
-            f"({refused.limit} bytes)"
+            f"a record of the handler's of {size} bytes to {refused.topic} is over the producer's "
+            f"max_request_size ({refused.limit} bytes)"
         )
         # Kept on the dead-letter topic's partitions (the join's): the output topic may have more.
         partition = zlib.crc32(record[0] or b"") % (self.partitions or 1)
