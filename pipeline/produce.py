@@ -6,7 +6,7 @@ The input is Parquet in the twin's input layout (pipeline/inputs.py: `topic` or 
 and `value` as bytes, and optionally `partition`, `timestamp`, `seq`; `export` writes it) or
 JSON lines (`.jsonl`), one record a line:
 
-    {"side": "left", "key": 42, "value": {"order_id": 42, ...}, "timestamp": 1800000000000}
+    {"side": "left", "key": 42, "value": {"order_id": 42, ...}, "timestamp": 1700000000000}
     {"side": "right", "key": 42, "value_raw": "{not json", "seq": 7}
     {"topic": "payments", "key": 42, "value": null, "partition": 3}
 

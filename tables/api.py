@@ -29,6 +29,7 @@ from tables.records.codecs import IdSpec, TimestampSpec
 from tables.runtime.results import JoinResults
 from tables.runtime.worker import Runtime
 from tables.spec import (
+    DEFAULT_MAX_FUTURE,
     DEFAULT_MAX_VALUE_BYTES,
     Duration,
     How,
@@ -37,6 +38,7 @@ from tables.spec import (
     Partitioner,
     as_input,
     check_spec,
+    duration_ms,
     join_type_of,
     temporal_kind_of,
     window_of,
@@ -92,7 +94,7 @@ def join(
     - `how`: "inner", "left", "right" or "outer": unmatched records of the named side(s) are
       emitted once no partner can still arrive (never a spurious unmatched result).
     - `options` (`JoinOptions`, the same for every kind of join): `name`, `timestamp`, `id`,
-      `partitioner`, `tables`, `max_value_bytes`, `audit`.
+      `partitioner`, `tables`, `max_value_bytes`, `max_future`, `audit`.
 
     The handler receives a `JoinResults` stream; it may send to topics and update tables.
     Input offsets are committed only after the handler has taken every result they
@@ -155,6 +157,8 @@ class JoinOptions(TypedDict, total=False):
       partition count, placed and replicated with the join), and the handler writes to the
       partition of the result it is handling.
     - `max_value_bytes`: larger values are dead-lettered (None: no limit).
+    - `max_future`: a record timed further ahead of the worker's clock is dead-lettered
+      (`future_timestamp`) instead of moving stream time (default a day; None: no bound).
     - `audit`: also write, for every result handed to the handler, a small record (its
       partition, time and fingerprint) to `{app id}-{name}-audit`, with the batch's output:
       what `python -m pipeline reconcile` compares with the batch twin (docs/pipeline.md).
@@ -166,6 +170,7 @@ class JoinOptions(TypedDict, total=False):
     partitioner: Partitioner
     tables: Sequence[TableT]
     max_value_bytes: int | None
+    max_future: Duration | None
     audit: bool
 
 
@@ -176,6 +181,7 @@ JOIN_OPTION_DEFAULTS: JoinOptions = {
     "partitioner": "murmur2",
     "tables": (),
     "max_value_bytes": DEFAULT_MAX_VALUE_BYTES,
+    "max_future": DEFAULT_MAX_FUTURE,
     "audit": False,
 }
 
@@ -208,6 +214,7 @@ def join_of_kind(
             partitioner=options["partitioner"],
             tables=tuple(options["tables"]),
             max_value_bytes=options["max_value_bytes"],
+            max_future_ms=duration_ms(options["max_future"], "max_future"),
             audit=options["audit"],
         )
         return declared(spec)

@@ -12,6 +12,7 @@
 | send_batch_bytes | TANDEM_SEND_BATCH_BYTES | 524288 bytes per record batch the join sends, at most |
 | gc_threshold | TANDEM_GC_THRESHOLD | 50000: first-generation garbage collection threshold, at least |
 | gc_batch_threshold | TANDEM_GC_BATCH_THRESHOLD | 1000000: the same while a batch runs (0: no change) |
+| umask | TANDEM_UMASK | 077: state private to its user (dirs 0700, files 0600); `inherit`: as started |
 
 A worker holds hundreds of thousands of long-lived objects on a backlog (fetched records,
 held records, Faust's own): at Python's default threshold (700 allocations) every full
@@ -53,8 +54,13 @@ class RuntimeSettings:
     gc_threshold: int = 50_000
     gc_batch_threshold: int = 1_000_000  # 0 (collect mid-batch): ~10 % more CPU per record
     send_batch_bytes: int = SEND_BATCH_BYTES  # 16 KB (the producer's own): ~15 % more CPU per record
+    # The worker process's umask from its start (its state holds input values in plain text);
+    # None: the umask it was started with (tables/state/datadir.py `make_private`).
+    umask: int | None = 0o077
 
     def __post_init__(self) -> None:
+        if self.umask is not None and not 0 <= self.umask <= 0o777:
+            raise ValueError(f"{ENV_PREFIX}UMASK must be octal 000 to 777, or inherit, not {self.umask:o}")
         for name in ("gc_threshold", "gc_batch_threshold"):
             if (value := getattr(self, name)) < 0:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must not be negative, not {value}")
@@ -90,6 +96,13 @@ class RuntimeSettings:
 def _parse(name: str, raw: str) -> Any:
     if name == "data_dir":
         return Path(raw)
+    if name == "umask":
+        if raw.lower() == "inherit":
+            return None
+        try:
+            return int(raw.removeprefix("0o"), 8)
+        except ValueError:
+            raise ValueError(f"{ENV_PREFIX}UMASK={raw!r}: use octal (077, 027) or inherit") from None
     if name in ("sync_writes", "create_topics"):
         if raw.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r}: use true or false")

@@ -27,6 +27,12 @@ Partitioner = Literal["murmur2", "crc32", "none"]
 Handler = Callable[[Any], Coroutine[Any, Any, None]]  # async def handler(results: JoinResults[K, L, R])
 
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+# How far ahead of the worker's clock a record's time may be (a record past it would move stream
+# time there and make its partition's next records late): it is dead-lettered, `future_timestamp`.
+DEFAULT_MAX_FUTURE = timedelta(days=1)
+# An input record's key, id and value make one record of the join's changelog, which must fit
+# the producer's max_request_size: room kept for the rest (the record batch, the time, lengths).
+CHANGELOG_ROOM_BYTES = 1024
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -74,9 +80,18 @@ class JoinSpec:
     partitioner: Partitioner = "murmur2"
     tables: Sequence[TableT] = ()
     max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES
+    # Records timed further ahead of the worker's clock are dead-lettered (None: no bound).
+    max_future_ms: int | None = int(DEFAULT_MAX_FUTURE / timedelta(milliseconds=1))
     headers: Sequence[tuple[str, bytes]] = field(default_factory=tuple)
     # Write one audit record per result to `audit_topic` (tables/runtime/output.py).
     audit: bool = False
+
+    @property
+    def record_limit(self) -> int:
+        """The largest input record the join takes, its key, id and value together: what its
+        changelog can carry (the producer's `max_request_size` less CHANGELOG_ROOM_BYTES). A
+        record accepted but never written would stop the join at every restart."""
+        return int(self.app.conf.producer_max_request_size) - CHANGELOG_ROOM_BYTES
 
     @property
     def changelog_topic(self) -> str:
@@ -119,6 +134,8 @@ class JoinSpec:
                 record_id=found.id,
                 validate=found.validate,
                 max_value_bytes=self.max_value_bytes,
+                max_future_ms=self.max_future_ms,
+                max_record_bytes=self.record_limit,
                 deletes=side == table,
             )  # fmt: skip
             for side, found in inputs

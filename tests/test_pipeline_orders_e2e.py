@@ -37,7 +37,9 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4  # examples/orders.py's default (ORDERS_PARTITIONS)
 MINUTE = 60_000
-T0 = 1_800_000_000_000
+# The hour this run starts: a join dead-letters records timed over a day ahead of its clock
+# (`max_future`), as a fixed time in the future would become.
+T0 = int(time.time() // 3600 * 3600 * 1000)
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,9 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4  # examples/trades.py's default (TRADES_PARTITIONS)
-T0 = 1_800_000_000_000
+# The hour this run starts: a join dead-letters records timed over a day ahead of its clock
+# (`max_future`), as a fixed time in the future would become.
+T0 = int(time.time() // 3600 * 3600 * 1000)
 HOUR = 3_600_000  # the join's history
 SYMBOLS = [f"S{i:02d}" for i in range(16)]
 # Live traffic is sent in ~3 s: its minute of event time runs 20x the clock. A worker takes an

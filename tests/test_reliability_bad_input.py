@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaProducer
 
 from app.chaos import DAY_MS, bad_records
 from app.contract import Rejected, validate
+from tables.runtime.output import LETTER_KEEPS_BYTES
 from tables.testing import EmbeddedBroker
 from tests.workers import cluster
 
@@ -126,7 +127,9 @@ def test_every_bad_record_is_dead_lettered_and_its_neighbours_join(
             assert REASONS[tag] in letter["reason"], (tag, letter["reason"])
             assert letter["category"] == CATEGORIES[tag] and letter["join"] == "ad-join", (tag, letter)
         oversized = by_place[landed["oversized"]]
-        assert len(oversized["value"]) > 64 * 1024  # the raw value is kept, whole
+        # Its first 16 KiB are kept, its length and hash beside (a letter stays bounded).
+        assert len(oversized["value"]) == LETTER_KEEPS_BYTES and oversized["value_bytes"] > 70 * 1024
+        assert len(oversized["value_sha256"]) == 64
         assert by_place[landed["null-kafka-key"]]["key"] is None
 
         assert worker.alive and worker.process is not None and worker.process.pid == pid

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ from tests.apps import rereads
 from tests.workers import _read
 
 REPO = Path(__file__).resolve().parent.parent
-T0 = 1_800_000_000_000
+# The hour this run starts: a join dead-letters records timed over a day ahead of its clock
+# (`max_future`), as a fixed time in the future would become.
+T0 = int(time.time() // 3600 * 3600 * 1000)
 ORDERS = 60
 GROUP, INPUTS = rereads.app.conf.id, ["orders", "payments"]
 

@@ -255,6 +255,8 @@ def codecs_for(
     record_id: str | None,
     max_value_bytes: int | None,
     validated: bool,
+    max_future_ms: int | None = None,
+    max_record_bytes: int | None = None,
 ) -> tuple[dict[str, Validate], dict[str, SideCodec]]:
     """One codec per name with the same options, each with its own counting `validate`."""
     calls = {name: Validate() for name in names}
@@ -267,6 +269,8 @@ def codecs_for(
                 "record_id": record_id,
                 "max_value_bytes": max_value_bytes,
                 "validate": calls[name] if validated else None,
+                "max_future_ms": max_future_ms,
+                "max_record_bytes": max_record_bytes,
             },
         )
         for name in names
@@ -281,6 +285,8 @@ def codecs_for(
     st.sampled_from([None, None, "event_id", "event_id", "event_id", "ts", "note", "label", "missing", ""]),
     st.booleans(),
     st.sampled_from([None, None, None, 64, 400, 0, -1, 10**30]),
+    st.sampled_from([None, None, 3_600_000, 0, 10**20]),  # max_future: times past now + it are refused
+    st.sampled_from([None, None, 40, 120, 0, 10**30]),  # max_record_bytes: key, id and value together
     st.data(),
 )
 def test_the_compiled_accept_decides_as_the_python_accept_and_check(
@@ -290,12 +296,22 @@ def test_the_compiled_accept_decides_as_the_python_accept_and_check(
     record_id: str | None,
     validated: bool,
     max_value_bytes: int | None,
+    max_future_ms: int | None,
+    max_record_bytes: int | None,
     data: st.DataObject,
 ) -> None:
     model = MODELS[model_name]
     records = data.draw(st.lists(st.tuples(_keys, values(model), _offsets, _message_ts), max_size=8))
     calls, made = codecs_for(
-        ("check", "python", "compiled"), model, key_type, timestamp, record_id, max_value_bytes, validated
+        ("check", "python", "compiled"),
+        model,
+        key_type,
+        timestamp,
+        record_id,
+        max_value_bytes,
+        validated,
+        max_future_ms,
+        max_record_bytes,
     )
     compiled = made["compiled"]
     covered = record_id != "" and not (model is None and validated)
@@ -324,7 +340,7 @@ _good_keys = {
     str: st.sampled_from([b"a-1", b"7", b"", b"\xc3\xa9", b"x y"]),
     int: mostly(
         *[st.integers(-(10**18) + 1, 10**18 - 1).map(lambda i: str(i).encode())] * 3,
-        st.sampled_from([b"-0", b"000000000000000007"]),
+        st.sampled_from([b"0", b"-0", b"000000000000000007"]),  # a leading zero: the Python check's
         # past 18 digits (int64's range, and past it), which the Python check reads
         st.sampled_from([b"9" * 19, b"-" + b"9" * 19, b"9223372036854775807", b"9223372036854775808"]),
         st.integers(10**18, 10**40).map(lambda i: str(i).encode()),
@@ -394,7 +410,7 @@ def test_well_formed_records_stay_on_the_compiled_path(
             or not _in_range(message_ts if timestamp is None else ts, MAX_TS_MS)
             or (record_id is None and not _in_range(offset, 2**63 - 1))
             or (record_id == "ts" and type(ts) is not int)  # an id that is no str or int
-            or (key_type is int and not re.fullmatch(rb"-?[0-9]{1,18}", key))
+            or (key_type is int and not re.fullmatch(rb"0|-?[1-9][0-9]{0,17}", key))
         )
         assert len(handed) - before == edge
     assert calls["compiled"].calls == calls["python"].calls

@@ -8,6 +8,9 @@ letters and its changelog).
 - `create_batch()`: an empty `BatchBuilder` as the producer makes them, but larger
   (`tables.settings.SEND_BATCH_BYTES`: the join sends thousands of records at once; the
   producer's batches are sized for records trickling in under linger).
+- `RecordsTooLarge`: records no batch can carry within the producer's `max_request_size`
+  (aiokafka's `send()` refuses them, `send_batch` does not look): refused before anything is
+  sent, for the caller to dead-letter or skip (a broker would refuse them for ever).
 
 The private aiokafka names these use are declared to Tandem's check
 (assignor/internals.py), with a probe that fills a batch both ways.
@@ -20,6 +23,7 @@ from typing import Any
 
 import aiokafka
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.producer.message_accumulator import BatchBuilder
 from faust.types import AppT
 
@@ -173,6 +177,27 @@ def producer_of(app: AppT) -> aiokafka.AIOKafkaProducer:
 Headers = Sequence[tuple[str, bytes]]
 
 
+class RecordsTooLarge(MessageSizeTooLargeError):
+    """Records of a send larger than the producer's `max_request_size` (each alone in its
+    batch): nothing of the send was handed to the producer. `too_large` maps each one's index
+    in the records given to its size in bytes (a record batch of it alone)."""
+
+    def __init__(self, topic: str, too_large: dict[int, int], limit: int) -> None:
+        self.topic, self.too_large, self.limit = topic, too_large, limit
+        sizes = ", ".join(f"{size} bytes" for size in list(too_large.values())[:3])
+        super().__init__(
+            f"{len(too_large)} record(s) to {topic} larger than the producer's max_request_size "
+            f"({limit} bytes): {sizes}"
+        )
+
+
+def max_record_bytes(producer: AIOKafkaProducer) -> int | None:
+    """The largest record batch the producer sends: its `max_request_size` (Faust's
+    `producer_max_request_size`, 1,000,000 by default; a broker refuses a batch over its own
+    `message.max.bytes`, 1 MB by default, for ever). None: no limit known."""
+    return getattr(producer, "_max_request_size", None)
+
+
 async def send_records(
     producer: AIOKafkaProducer,
     topic: str,
@@ -205,10 +230,17 @@ async def start_sending(
 
     Batches are up to `batch_bytes` (512 KB), not the producer's 16 KB,
     and each is closed before it is handed over: a closed batch is sent at once, an open
-    one would wait out the producer's `linger_ms` first."""
+    one would wait out the producer's `linger_ms` first.
+
+    A record that does not fit in `batch_bytes` goes alone in its batch; one whose batch is
+    over the producer's `max_request_size` raises `RecordsTooLarge` before anything is sent."""
     if not records:
         return []
+    limit = max_record_bytes(producer)
+    if limit is not None:
+        batch_bytes = min(batch_bytes, limit)  # then only a record alone can make a batch too large
     batches: list[tuple[BatchBuilder, int]] = []
+    too_large: dict[int, int] = {}
     done = 0
     while done < len(records):
         batch = create_batch(producer, batch_bytes)
@@ -216,8 +248,12 @@ async def start_sending(
         if count == 0:
             value = records[done][1]
             raise ValueError(f"a record of {len(value or b'')} bytes does not fit in a batch of {topic}")
+        if count == 1 and limit is not None and (size := batch.size()) > limit:
+            too_large[done] = size
         batches.append((batch, count))
         done += count
+    if too_large:
+        raise RecordsTooLarge(topic, too_large, limit)  # type: ignore[arg-type]
     sent = []
     for b, n in batches:
         b.close()
@@ -228,3 +264,4 @@ async def start_sending(
 internals.require(__name__, aiokafka.AIOKafkaProducer, "_COMPRESSORS", "send_batch")
 internals.require(__name__, aiokafka.AIOKafkaProducer, *_PRODUCER_ATTRIBUTES, instance=True)
 internals.require(__name__, BatchBuilder, *_BATCH_ATTRIBUTES, instance=True)
+internals.require(__name__, aiokafka.AIOKafkaProducer, "_max_request_size", instance=True)

@@ -11,7 +11,7 @@ from an int field or the Kafka timestamp; the id from a str field or the offset;
 Only the happy path is here. A record that leaves it before `validate` runs (no key or
 value, too large, a key that is not plain digits or not UTF-8, malformed JSON, not an
 object, a field missing, null or of another type, a timestamp that is not an int within
-0..MAX_TS_MS, an id that is not a str, ...) is handed whole to the Python accept it was
+0..MAX_TS_MS or is past the wall clock plus `max_future` (`Horizon`), an id that is not a str, ...) is handed whole to the Python accept it was
 made with (the reference), which decides it and whose answer is returned as it is. Every
 test that can send a record there runs before `validate`, so `validate` runs once per
 record either way; after it only its answer is left (a reason: `Rejected`; an
@@ -28,6 +28,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLon
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_XDECREF
 from libc.stdint cimport int64_t, uint64_t
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from libc.stdlib cimport free, malloc
 
 cdef extern from *:
@@ -183,8 +184,10 @@ cdef class _Accept:
     cdef _Model form  # None: a JSON object (a JsonForm of objects)
     cdef int key_kind
     cdef Py_ssize_t ts_index, id_index  # the time's and the id's field in `form`, or -1
-    cdef bint builds, has_limit
-    cdef int64_t limit, max_ts
+    cdef bint builds, has_limit, has_future, has_record_limit
+    cdef int64_t limit, max_ts, record_limit  # record_limit: key, id and value together (`unwritable`)
+    # `Horizon` (tables/records/codecs.py): the latest time accepted as of the clock last read.
+    cdef int64_t max_future, ceiling
 
     cdef object run(self, object key, object value, object offset, object message_ts):
         """(ts, record id, built value or None), or what `handoff` answers."""
@@ -225,10 +228,12 @@ cdef class _Accept:
         else:
             return self.handoff(key, value, offset, message_ts)
         n = PyLong_AsLongLongAndOverflow(ts, &overflow)
-        if overflow or n < 0 or n > self.max_ts:
+        if overflow or n < 0 or (n > self.ceiling and not self.within_horizon(n)):
             return self.handoff(key, value, offset, message_ts)
         cdef object record_id = self.record_id(payload, is_dict, offset, values)
-        if record_id is None:
+        if record_id is None or (self.has_record_limit and (
+            PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(record_id) + PyBytes_GET_SIZE(value) > self.record_limit
+        )):
             return self.handoff(key, value, offset, message_ts)
         built = None
         if self.builds:
@@ -238,6 +243,17 @@ cdef class _Accept:
                 if reason:
                     return self.rejected(str(reason), "rejected")
         return (ts, record_id, built)
+
+    cdef bint within_horizon(self, int64_t n) noexcept:
+        """Whether `n` (above `ceiling`) is accepted by the clock read now: `Horizon.refused`'s
+        test; a time it refuses goes to the reference, which says why."""
+        if not self.has_future:
+            return n <= self.max_ts
+        cdef timespec now
+        clock_gettime(CLOCK_REALTIME, &now)
+        cdef int64_t now_ms = <int64_t>now.tv_sec * 1000 + now.tv_nsec // 1000000
+        self.ceiling = min(self.max_ts, now_ms + self.max_future)
+        return n <= self.ceiling
 
     cdef object decode_key(self, object key):
         """The key as the key check returns it, or None: not the simple case."""
@@ -255,11 +271,12 @@ cdef class _Accept:
             text = <object>decoded
             Py_XDECREF(decoded)
             return text
-        # int(raw) for an optional '-' and 1 to 18 ASCII digits; int() also takes spaces,
-        # '+', '_' and bigger numbers, or rejects the key: the reference does those.
+        # int(raw) for an optional '-' and 1 to 18 ASCII digits, no leading zero (as Faust
+        # writes an int); bigger numbers, or a key the reference rejects (a leading zero, -0,
+        # spaces, '+', '_', ...): the reference does those.
         cdef bint negative = size > 0 and p[0] == c'-'
         cdef Py_ssize_t i = 1 if negative else 0
-        if size - i < 1 or size - i > 18:
+        if size - i < 1 or size - i > 18 or (p[i] == c'0' and (negative or size - i > 1)):
             return None
         cdef int64_t v = 0
         while i < size:
@@ -323,11 +340,13 @@ def model(model, names, masks, nonnull, defaults, no_default):
 
 
 def accept(handoff, loads, key_kind, _Model form, ts_field, id_field, validate, builds, limit, max_ts,
-           rejected):
+           rejected, max_future=None, max_record=None):
     """`SideCodec.accept` compiled for one covered configuration: `accept(key, value, offset,
     message_ts)` -> (ts, record id, built value or None), or what `handoff` (the Python
     accept) answers for the record. `form` None: a JSON object (JsonForm of objects, no validate);
-    `ts_field` None: the Kafka timestamp; `id_field` None: the offset; `limit` None: none."""
+    `ts_field` None: the Kafka timestamp; `id_field` None: the offset; `limit` None: none;
+    `max_future` (ms) None: no bound ahead of the wall clock but `max_ts`; `max_record` (the
+    key, id and value together, in bytes) None: none."""
     if key_kind not in (RAW_KEY, STR_KEY, INT_KEY):
         raise ValueError(f"unknown key kind {key_kind!r}")
     if ts_field is not None and type(ts_field) is not str:
@@ -343,6 +362,11 @@ def accept(handoff, loads, key_kind, _Model form, ts_field, id_field, validate, 
     check.has_limit = limit is not None
     check.limit = min(limit, 2**63 - 1) if limit is not None else 0  # past int64: no limit a value reaches
     check.max_ts = max_ts
+    check.has_record_limit = max_record is not None
+    check.record_limit = min(max_record, 2**63 - 1) if max_record is not None else 0
+    check.has_future = max_future is not None
+    check.max_future = min(max_future, max_ts) if max_future is not None else 0
+    check.ceiling = max_ts if max_future is None else -1  # read the clock at the first record
     names = form.names if form is not None else ()
     check.ts_index = names.index(ts_field) if ts_field in names else -1
     check.id_index = names.index(id_field) if id_field in names else -1

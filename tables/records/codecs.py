@@ -19,24 +19,27 @@ The per-record check of the common configurations also exists compiled
 from __future__ import annotations
 
 import struct
+import time
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import orjson
 from faust.models.record import Record
+from faust.serializers import codecs as faust_codecs
 
 from tables.compiled import CompiledPart
 
 Category = Literal[
     "null_key",  # no Kafka key: it cannot be joined by key
-    "too_large",  # value over the join's size limit
+    "too_large",  # value over the join's size limit, or a record its changelog cannot carry
     "undecodable",  # the serializer could not read it
     "wrong_type",  # decoded, but the declared types reject it
     "timestamp",  # no usable timestamp
+    "future_timestamp",  # its time is further ahead of the worker's clock than the join's max_future
     "rejected",  # the join's own `validate` check said no
     "wrong_partition",  # its key belongs to another partition (the producer's partitioner)
     "handler_error",  # a result of it made the join's handler raise
@@ -46,7 +49,9 @@ CATEGORIES: tuple[Category, ...] = typing.get_args(Category)
 # Kafka timestamps are milliseconds since the epoch, never negative; past year 9999 a
 # value is corrupt, and near 2**63 it would overflow the state's time keys.
 MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+OUT_OF_RANGE = "timestamp out of range (0 to year 9999 in ms since the epoch)"
 _OFFSET = struct.Struct(">Q")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 TimestampSpec = str | Callable[[Any], "int | datetime"] | None
 IdSpec = str | Callable[[Any], "str | bytes | int"] | None
@@ -77,6 +82,49 @@ class Accepted:
     ts: int
     record_id: bytes
     value: Any = None  # the decoded value, when it was built to check the record
+
+
+def unwritable(key: bytes, record_id: bytes, value: bytes | None, limit: int | None) -> Rejected | None:
+    """Why a record is too large for the join's changelog (whose records hold its key, its id
+    and its value: a producer's `max_request_size` less room for the rest), or None. Taken, it
+    could never be written, and its batch would fail at every restart."""
+    size = len(key) + len(record_id) + (0 if value is None else len(value))
+    if limit is None or size <= limit:
+        return None
+    return Rejected(
+        f"key, id and value of {size} bytes exceed {limit}, what the changelog can carry", "too_large"
+    )
+
+
+class Horizon:
+    """The latest event time a side accepts: the wall clock plus the join's `max_future`
+    (None: up to year 9999). One record stamped far ahead would move stream time there, and
+    every later record of its partition would be late; such a record is `future_timestamp`.
+
+    `ceiling` is the bound as of the clock last read: the clock only moves on, so a time at or
+    below it is accepted without reading the clock; a time above it reads the clock again
+    (the compiled check keeps its own ceiling the same way, tables/records/_fastcheck.pyx)."""
+
+    __slots__ = ("max_future_ms", "ceiling")
+
+    def __init__(self, max_future_ms: int | None) -> None:
+        self.max_future_ms = max_future_ms
+        self.ceiling = MAX_TS_MS if max_future_ms is None else -1
+
+    def refused(self, ts: int) -> Rejected | None:
+        """Why `ts` (above `ceiling`, or negative) is refused, or None once the clock allows it."""
+        if not 0 <= ts <= MAX_TS_MS:
+            return Rejected(OUT_OF_RANGE, "timestamp")
+        if self.max_future_ms is None:
+            return None
+        self.ceiling = min(MAX_TS_MS, time.time_ns() // 1_000_000 + self.max_future_ms)
+        if ts <= self.ceiling:
+            return None
+        when = (_EPOCH + timedelta(milliseconds=ts)).isoformat(timespec="milliseconds")
+        return Rejected(
+            f"timestamp {when} is more than max_future ({self.max_future_ms} ms) ahead of the worker's clock",
+            "future_timestamp",
+        )
 
 
 def timestamp_ms(when: Any, what: str) -> int | str:
@@ -406,10 +454,15 @@ def raw_key(raw: bytes) -> Any:
 
 
 def int_key(raw: bytes) -> Any:
-    """A key of an int in ASCII digits (Faust's raw int keys)."""
+    """A key of an int as Faust writes one (`str(n).encode()`): ASCII digits, `-` first if
+    negative, no leading zero. Only those: `int()` also reads b"07", b" 7", b"+7" and b"0_7" as
+    7, other Kafka keys (on other partitions, maybe) joined as one."""
+    digits = raw[1:] if raw[:1] == b"-" else raw
+    if not digits.isdigit() or (digits[:1] == b"0" and raw != b"0"):
+        return Rejected(f"key {raw[:40]!r} is not an int", "wrong_type")
     try:
         return int(raw)
-    except ValueError:
+    except ValueError:  # past Python's 4,300 digits
         return Rejected(f"key {raw[:40]!r} is not an int", "wrong_type")
 
 
@@ -440,7 +493,25 @@ def key_check(key_type: Any, serializer: str | None, loads: Callable[[bytes], An
         except Exception as exc:
             return Rejected(f"undecodable key: {exc.__class__.__name__}: {str(exc)[:200]}", "undecodable")
 
-    return faust_key
+    return exact_int_key(serializer, faust_key) if key_type is int else faust_key
+
+
+def exact_int_key(serializer: str | None, faust_key: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """An int key in another serializer than raw (JSON): Faust's `int(decoded)` takes `1.5`,
+    `true` and `"1"` as 1, so records of different keys would join as one. Only an integer is
+    a key (what Faust writes for one); any other decoded value is `wrong_type`."""
+
+    def int_key_of(raw: bytes) -> Any:
+        try:
+            payload = faust_codecs.loads(serializer, raw)
+        except Exception:
+            return faust_key(raw)  # it says why
+        if type(payload) is not int:
+            kind = "null" if payload is None else type(payload).__name__
+            return Rejected(f"key {raw[:40]!r} is {kind}, not an int", "wrong_type")
+        return faust_key(raw)
+
+    return int_key_of
 
 
 # -- one side -------------------------------------------------------------------
@@ -460,10 +531,16 @@ class SideCodec:
         validate: Validate | None = None,
         max_value_bytes: int | None = None,
         deletes: bool = False,
+        max_future_ms: int | None = None,
+        max_record_bytes: int | None = None,
     ) -> None:
         """`deletes`: the side is a table, whose null value deletes its key from the record's
         Kafka timestamp on (accepted, with the offset as its id, and no value); else a null
-        value is dropped (`DROPPED`)."""
+        value is dropped (`DROPPED`). `max_future_ms`: how far ahead of the wall clock a
+        record's time may be (`Horizon`; None: no bound but year 9999). `max_record_bytes`: the
+        key, id and value together, at most (`unwritable`; None: no bound)."""
+        self.horizon = Horizon(max_future_ms)
+        self.max_record_bytes = max_record_bytes
         self.topic = topic
         self.deletes = deletes
         self.key = key
@@ -517,11 +594,14 @@ class SideCodec:
         ts = self._timestamp(payload, built, message_ts)
         if type(ts) is not int:
             return Rejected(str(ts), "timestamp")
-        if not 0 <= ts <= MAX_TS_MS:
-            return Rejected("timestamp out of range (0 to year 9999 in ms since the epoch)", "timestamp")
+        if not 0 <= ts <= self.horizon.ceiling and (refused := self.horizon.refused(ts)) is not None:
+            return refused
         record_id = self._record_id(payload, built, offset)
         if type(record_id) is Rejected:
             return record_id
+        # (record_id is bytes here: `type(...) is` is the hot path's test, which mypy does not narrow)
+        if (too_large := unwritable(key, record_id, value, self.max_record_bytes)) is not None:  # type: ignore[arg-type]
+            return too_large
         return Accepted(ts, record_id, built)  # type: ignore[arg-type]
 
     def _delete(self, key: bytes, offset: int, message_ts: int | None) -> Accepted | Rejected:
@@ -532,7 +612,12 @@ class SideCodec:
             return decoded_key
         if type(message_ts) is not int or not 0 <= message_ts <= MAX_TS_MS:
             return Rejected("a delete (null value) without a usable Kafka timestamp", "timestamp")
-        return Accepted(message_ts, _OFFSET.pack(offset), None)
+        if message_ts > self.horizon.ceiling and (refused := self.horizon.refused(message_ts)) is not None:
+            return refused
+        record_id = _OFFSET.pack(offset)
+        if (too_large := unwritable(key, record_id, None, self.max_record_bytes)) is not None:
+            return too_large
+        return Accepted(message_ts, record_id, None)
 
     def _timestamp(self, payload: Any, built: Any, message_ts: int | None) -> int | str:
         spec = self.timestamp
@@ -590,6 +675,8 @@ class SideCodec:
             reason = "its id is a function"  # (an empty id name takes the reference's slow steps)
         elif not (limit is None or type(limit) is int):
             reason = "its max_value_bytes is not an int"
+        elif not (self.max_record_bytes is None or type(self.max_record_bytes) is int):
+            reason = "its max_record_bytes is not an int"
         self.python_reason: str | None = reason
         if reason is not None:
             return None
@@ -605,6 +692,8 @@ class SideCodec:
             limit,
             MAX_TS_MS,
             Rejected,
+            self.horizon.max_future_ms,
+            self.max_record_bytes,
         )
 
     def _fast_form(self) -> tuple[Any, str | None]:
@@ -651,6 +740,7 @@ class SideCodec:
         id_from_offset = self.record_id is None
         slow_timestamp, slow_record_id, pack_offset = self._timestamp, self._record_id, _OFFSET.pack
         delete = self._delete if self.deletes else None
+        horizon, record_limit = self.horizon, self.max_record_bytes
 
         def accept(key: bytes | None, value: bytes | None, offset: int, message_ts: int | None) -> Any:
             if key is None:
@@ -700,8 +790,8 @@ class SideCodec:
                 ts = slow_timestamp(payload, built, message_ts)
                 if type(ts) is not int:
                     return Rejected(str(ts), "timestamp")
-            if not 0 <= ts <= MAX_TS_MS:
-                return Rejected("timestamp out of range (0 to year 9999 in ms since the epoch)", "timestamp")
+            if not 0 <= ts <= horizon.ceiling and (refused := horizon.refused(ts)) is not None:
+                return refused
             if id_from_offset:
                 record_id = pack_offset(offset)
             elif id_field and type(payload) is dict and type(given := payload.get(id_field)) is str:
@@ -710,6 +800,8 @@ class SideCodec:
                 record_id = slow_record_id(payload, built, offset)  # type: ignore[assignment]
                 if type(record_id) is Rejected:
                     return record_id
+            if record_limit is not None and len(key) + len(record_id) + len(value) > record_limit:
+                return unwritable(key, record_id, value, record_limit)
             return ts, record_id, built
 
         return accept

@@ -102,6 +102,8 @@ def side_codec(
     record_id: IdSpec = None,
     validate: Validate | None = None,
     max_value_bytes: int | None = None,
+    max_future_ms: int | None = None,
+    max_record_bytes: int | None = None,
     deletes: bool = False,
 ) -> SideCodec:
     """The check of one input's records, from its Faust topic's types and serializers
@@ -123,5 +125,7 @@ def side_codec(
         record_id=record_id,
         validate=validate,
         max_value_bytes=max_value_bytes,
+        max_future_ms=max_future_ms,
+        max_record_bytes=max_record_bytes,
         deletes=deletes,
     )

@@ -87,6 +87,8 @@ class JoinStats:
     # partition: expected, and skipped (tables/records/positions.py).
     rereads: dict[int, int] = field(default_factory=dict)
     dead_letters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
+    # Of `dead_letters`: letters too large for the producer even when cut, skipped (logged)
+    letters_skipped: int = 0
     results: int = 0
     unmatched: int = 0  # of `results`: a record without a partner (left, right, outer joins)
     results_by_partition: dict[int, int] = field(default_factory=dict)

@@ -40,7 +40,15 @@ from tables.runtime.startup import JoinStartupError, prepare_topics
 from tables.runtime.task import JoinTask
 from tables.settings import RuntimeSettings
 from tables.spec import JoinSpec
-from tables.state.datadir import DataDirError, DataDirLock, check_data_dir, claim_data_dir, lock_data_dir
+from tables.state.datadir import (
+    DataDirError,
+    DataDirLock,
+    check_data_dir,
+    claim_data_dir,
+    lock_data_dir,
+    make_private,
+    set_umask,
+)
 from tables.state.faust_stores import FaustStoreGuard
 from tables.state.manager import JoinState
 from tables.state.store import StateFormatError, local_checkpoints
@@ -119,6 +127,7 @@ class Runtime:
         first_start = self.app.on_first_start  # type: ignore[attr-defined]
 
         async def on_first_start() -> None:
+            set_umask(self.settings.umask)  # before Faust or Tandem creates a file (TANDEM_UMASK)
             await first_start()
             if self._loop_lag is None:
                 self._loop_lag = asyncio.create_task(self.loop_lag.run())
@@ -217,6 +226,9 @@ class Runtime:
         first JoinGroup)."""
         if self._lock is None:  # one worker per data dir, for the life of the process
             check_data_dir(self.data_dir)
+            # Faust made its own directories before the umask was set (its app's first start).
+            conf = self.app.conf
+            make_private(self.settings.umask, self.data_dir, conf.datadir, conf.appdir, conf.tabledir)
             self._lock = lock_data_dir(self.data_dir)
             for directory in self._state_dirs():
                 claim_data_dir(directory, str(self.app.conf.id))

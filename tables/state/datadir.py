@@ -8,6 +8,9 @@
 
 Both raise before anything opens RocksDB, with a message that names the directory and
 the OS error, instead of a traceback from inside RocksDB in the middle of a rebalance.
+
+    make_private(0o077, path)      # what the process creates from now on, and the dir itself:
+                                   # no access for group and others (the state holds input values)
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +28,7 @@ from tables.state.store import refuse_newer_format
 LOCK_FILE = "tandem.lock"
 APP_FILE = "tandem-app-id"  # the app id whose state the data dir holds
 _PROBE_FILE = ".tandem-write-check"
+log = logging.getLogger(__name__)
 
 
 class DataDirError(Exception):
@@ -83,6 +88,35 @@ def claim_data_dir(path: Path | str, app_id: str) -> None:
             marker.write_text(app_id + "\n", encoding="utf-8")
         except OSError as error:
             raise _os_error(path, f"cannot record the app id in {marker}", error) from error
+
+
+def set_umask(umask: int | None) -> None:
+    """The process's umask from now on (None: left as it is). RocksDB creates its own files
+    (0644, less the umask): the umask is what makes them private. Set at the worker's first
+    start, before the data dirs, Faust's table stores or the join's stores are created."""
+    if umask is not None:
+        os.umask(umask)
+
+
+def make_private(umask: int | None, *paths: Path | str) -> None:
+    """Take the bits `umask` masks off each existing directory of `paths` (the data dirs): what a
+    worker wrote there before (0755 and 0644 under a 022 umask) is closed with them, as
+    nobody else can enter the directory. None: modes left as they are."""
+    if umask is None:
+        return
+    for path in map(Path, paths):
+        try:
+            mode = path.stat().st_mode & 0o7777
+            if mode & umask:
+                path.chmod(mode & ~umask)
+        except FileNotFoundError:
+            continue
+        except OSError as error:  # not its owner (a directory an operator made): the worker goes on
+            log.warning(
+                "tandem: data dir %s keeps mode bits %03o open to others: %s (TANDEM_UMASK=%03o; "
+                "chmod it, or set TANDEM_UMASK=inherit)",
+                path, mode & umask, error.strerror, umask,
+            )  # fmt: skip
 
 
 def check_data_dir(path: Path | str) -> Path:

@@ -69,6 +69,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("join", "category"),
         "Records sent to the dead-letter topic, per category",
     ),
+    "tandem_dead_letters_skipped": (
+        "counter",
+        ("join",),
+        "Dead letters over the producer's max_request_size even when cut: skipped (logged)",
+    ),
     "tandem_late_records": (
         "counter",
         ("join", "partition"),
@@ -302,6 +307,7 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
         f.add("tandem_partition_results", [name, partition], n)
     for category, n in stats.dead_letters.items():
         f.add("tandem_dead_letters", [name, category], n)
+    f.add("tandem_dead_letters_skipped", [name], stats.letters_skipped)
     held = task.input_snapshot()
     f.add("tandem_held_records", [name], held.held)
     if held.live_records is not None:

@@ -120,6 +120,7 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         "null_values": stats.null_values,
         "dead_letters": sum(stats.dead_letters.values()),
         "dead_letters_by_category": {c: n for c, n in stats.dead_letters.items() if n},
+        "dead_letters_skipped": stats.letters_skipped,  # too large for the producer even when cut
         "held": held.held,
         # Records the ready active partitions hold in memory (the windowed join's index).
         "live_records": held.live_records,
