@@ -601,6 +601,7 @@ async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[s
                     f"{run.get('peak_rss_kb', 0) / 1024:,.0f} MB" + _start_note(run)
                 )
                 per_round[-1][name] = wall_rate
+                print(runs[-1], file=sys.stderr, flush=True)  # as it goes: a later run may fail
     return report(best, per_round, runs, total, joins, impressions, rounds)
 
 

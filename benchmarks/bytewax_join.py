@@ -8,7 +8,8 @@ The join, as a user would write it with Bytewax's own operators (its docs): both
 with `bytewax.connectors.kafka` from the earliest offset to their end (`tail=False`), each
 value decoded (orjson) and keyed by the record key, then `join_window` of the two keyed
 streams on a `SessionWindower(gap=after_ms)` with an `EventClock` on the value's `ts`
-(`wait_for_system_duration` = the window plus its grace), `insert_mode="product"`,
+(`wait_for_system_duration` = the window plus its grace, no wake-up for a close: `no_wake_up`),
+`insert_mode="product"`,
 `emit_mode="complete"`, `ordered=False`: a result as soon as both sides of a key are in one
 session, as Tandem and Quix emit theirs; results produced to `output` as JSON. One process,
 one worker (`cli_main`, `workers_per_process=1`).
@@ -59,6 +60,15 @@ def event_time(value: dict[str, Any]) -> datetime:
     return datetime.fromtimestamp(value["ts"] / 1000, tz=UTC)
 
 
+def no_wake_up(window_close: datetime) -> None:
+    """No system time to wake up at for a window's close: the input's event time is in the
+    past, and the default (the close time as is) has every key's session due at once, its
+    logic called on every activation (measured: 100,000 impressions not done in 300 s, against
+    8,000 records/s at 20,000). Sessions close on a key's next record or at the input's end;
+    `complete` emits each result as its pair meets, not at the close."""
+    return None
+
+
 class Tally:
     """Records read and results out, and the clock from the first record to the moment both
     reach their totals."""
@@ -100,7 +110,7 @@ def dataflow(config: dict[str, Any], tally: Tally) -> Dataflow:
     wait = after + timedelta(milliseconds=int(config["grace_ms"]))
     joined = join_window(
         "join",
-        EventClock(event_time, wait_for_system_duration=wait),
+        EventClock(event_time, wait_for_system_duration=wait, to_system_utc=no_wake_up),
         SessionWindower(gap=after),
         *sides,
         insert_mode="product",
