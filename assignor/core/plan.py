@@ -131,7 +131,9 @@ def _plan_with_warmups(scn: Scenario, index: _Index, owner: np.ndarray, owned: n
     lags = task_lags(scn, scn.warmup, index.groups, index.offsets, index.eligible, owner)
     warm = lags.holders()
     bounds = compute_bounds(np.diff(index.offsets), index.eligible, [m.capacity for m in scn.members])
-    problem = ActiveProblem(index.group_of, index.eligible, bounds, owner.copy(), warm)
+    problem = ActiveProblem(
+        index.group_of, index.eligible, bounds, owner.copy(), warm, follow_up_stable=scn.protocol_named
+    )
     target = canonical_target(problem, place_actives(problem))
     holds = hold_moves(lags, target, owner, scn.warmup.budget, len(scn.members))
     warmup_member = holds.warmup_members(len(target))
