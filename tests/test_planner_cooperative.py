@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from assignor import plan
@@ -23,6 +23,19 @@ from tests.test_planner_properties import _shuffled
 ROOT = Path(__file__).resolve().parents[1]
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ROUNDS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+FOUND = json.loads((ROOT / "tests" / "data" / "cooperative_follow_ups.json").read_text())
+# Found by hypothesis while a named protocol still broke ties as the planner without one does
+# (the solver's pick; freshness ranked among each task's holders): each follow-up put a revoked
+# task elsewhere than its `to`, no warmer, or revoked again.
+# Stateless ties: audit#1 revoked from w0 to w1 went to w2 in the follow-up.
+TIE_WITHOUT_WARMTH = FOUND["tie_without_warmth"]
+# Warm-ups: w0 keeps one of three; the revoked task's old owner becomes a caught-up holder in
+# the follow-up, which re-ranked the others and swapped the target.
+OWNER_TURNED_HOLDER = FOUND["owner_turned_holder"]
+# Churn: a new member's cold task went to another cold member in the follow-up.
+COLD_TASK_OF_A_NEWCOMER = FOUND["cold_task_of_a_newcomer"]
 
 
 def cooperative(scn: dict[str, Any]) -> dict[str, Any]:
@@ -134,12 +147,14 @@ def rounds_until_revocations_settle(scn: dict[str, Any], limit: int = 6) -> None
         return
 
 
+@example(cooperative(TIE_WITHOUT_WARMTH))
 @ROUNDS
 @given(scenarios(max_members=4, max_partitions=5).map(cooperative))
 def test_c4_the_follow_up_assigns_the_revoked_tasks_and_keeps_the_rest(scn: dict[str, Any]) -> None:
     rounds_until_revocations_settle(scn)
 
 
+@example(cooperative(OWNER_TURNED_HOLDER))
 @ROUNDS
 @given(warmup_scenarios(max_members=4, max_partitions=5).map(cooperative))
 def test_c4_with_warm_ups(scn: dict[str, Any]) -> None:
@@ -304,6 +319,7 @@ def cooperative_churn(scenario: dict[str, Any], events: list[Any]) -> int:
     return revoking_rounds
 
 
+@example((COLD_TASK_OF_A_NEWCOMER[0], [tuple(e) for e in COLD_TASK_OF_A_NEWCOMER[1]]))
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(churn_histories())
 def test_c4_through_churn(history: tuple[dict[str, Any], list[Any]]) -> None:
