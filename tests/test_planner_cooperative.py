@@ -332,3 +332,11 @@ def test_c4_through_churn(history: tuple[dict[str, Any], list[Any]]) -> None:
 def test_c4_through_churn_with_warm_ups(history: tuple[dict[str, Any], list[Any]], lag: int) -> None:
     scenario, events = history
     cooperative_churn({**scenario, "acceptable_recovery_lag": lag}, events)
+
+
+SHARED_CONTRACT = Path("/work/shared/scenario-format.md")
+
+
+@pytest.mark.skipif(not SHARED_CONTRACT.exists(), reason="the shared contract is not on this machine")
+def test_the_docs_mirror_the_shared_contract_exactly() -> None:
+    assert (ROOT / "docs" / "scenario-format.md").read_text() == SHARED_CONTRACT.read_text()
