@@ -265,6 +265,7 @@ def test_cli_a_worker_joins_two_tasks_are_revoked_then_assigned_in_the_follow_up
     assert len(kept["w1"]) == len(kept["w2"]) == 2 and kept["w1"] <= {0, 1, 2} and kept["w2"] <= {3, 4, 5}
     summary = run_cli(scn, "--summary")
     assert "cooperative round: revoking 2" in summary
+    assert "balance spread after the follow-up 0" in summary
     for entry in first["revoking"]:
         assert f"#{entry['partition']}: revoked from {entry['from']}, to w3 in the follow-up" in summary
     second = json.loads(run_cli(check.feed_back_round(scn, first)))
