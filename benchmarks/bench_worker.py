@@ -36,6 +36,11 @@ group reading from the start and an empty state) on the embedded broker:
   (a click within 10 minutes after its impression, records kept for the window plus the
   minute of grace), results produced as JSON (benchmarks/quix_join.py, in an environment of
   its own: benchmarks/quix_env.py). One process, its consumer group reading from the start.
+- bytewax join_window: Bytewax (a Rust core) joining the same topics with its own operators
+  (bytewax.connectors.kafka, `join_window` on a session window of the same 10 minutes: the
+  closest of its windows to an interval join, equal on this input; how it differs:
+  benchmarks/bytewax_join.py), results produced as JSON, in an environment of its own
+  (benchmarks/bytewax_env.py). One process, one worker, reading from the start to the end.
 
 The rate counts from the first poll that saw the worker ready (it owns every partition,
 restored; normally nothing read yet) to the first that saw every record read and, for
@@ -72,6 +77,7 @@ from rocksdict import Options, Rdict, WriteBatch
 from app.cluster import REPO, WorkerProcess
 from app.settings import JOIN_NAME, Settings, create_topics, from_env
 from app.traffic import ad_events, produce_events
+from benchmarks.bytewax_env import run_bytewax
 from benchmarks.quix_env import run_quix
 from tables.kafka.batches import start_sending
 from tables.kafka.topics import changelog_configs
@@ -82,6 +88,8 @@ PARTITIONS = 4
 BARE = "bare consumer"
 BARE_CK = "bare confluent-kafka"
 QUIX = "quix join_interval"
+BYTEWAX = "bytewax join_window"
+PEERS = (QUIX, BYTEWAX)  # other frameworks' joins, each in its own environment
 BARE_JOIN = "bare join"
 BARE_DURABLE = "bare join+changelog"
 BARE_ROCKSDB = "bare join+changelog+rocksdb"
@@ -99,12 +107,13 @@ PIPELINES = {
     TWO: "app",
     "faust-table": "benchmarks.faust_table_app",
     QUIX: "",
+    BYTEWAX: "",
 }
 # Environment of a worker pipeline beyond the run's own settings.
 PIPELINE_ENV = {PURE: {"TANDEM_PURE_PYTHON": "1"}}
 WORKERS = {TWO: 2}  # worker processes of a pipeline (1 unless said)
 # The pipelines that produce results: timed until all are out.
-JOINING = ("tandem", PURE, TWO, "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB, QUIX)
+JOINING = ("tandem", PURE, TWO, "faust-table", BARE_JOIN, BARE_DURABLE, BARE_ROCKSDB, *PEERS)
 BARE_PIPELINES = {
     BARE: "read", BARE_CK: "confluent", BARE_JOIN: "join", BARE_DURABLE: "durable", BARE_ROCKSDB: "rocksdb"
 }  # fmt: skip
@@ -369,6 +378,10 @@ def quix_output(settings: Settings) -> str:
     return f"{settings.topic_prefix}quix-joins"
 
 
+def bytewax_output(settings: Settings) -> str:
+    return f"{settings.topic_prefix}bytewax-joins"
+
+
 def run_quix_join(
     settings: Settings, total: int, joins: int, run_dir: Path, timeout: float
 ) -> dict[str, Any]:
@@ -386,6 +399,22 @@ def run_quix_join(
     run = run_quix(config, timeout)
     if run["records"] != total:
         raise RuntimeError(f"{QUIX}: read {run['records']} records, not {total}")
+    return {**run, "late": 0, "forced": 0}
+
+
+def run_bytewax_join(settings: Settings, total: int, joins: int, timeout: float) -> dict[str, Any]:
+    """Bytewax's window join of the two topics on a session window of the reference app's
+    10 minutes, records waited for the window plus the minute of grace; each result checked
+    against the interval join's condition (a click from 0 to 10 minutes after its impression)."""
+    config = {
+        "bootstrap": settings.broker.removeprefix("kafka://"), "left": settings.impressions,
+        "right": settings.clicks, "output": bytewax_output(settings), "total": total, "expected": joins,
+        "after_ms": settings.join_after_ms, "grace_ms": settings.join_grace_ms,
+    }  # fmt: skip
+    run = run_bytewax(config, timeout)
+    if run["records"] != total or run["outside"]:
+        outside = f"{run['outside']} results outside the window"
+        raise RuntimeError(f"{BYTEWAX}: read {run['records']} of {total} records, {outside}")
     return {**run, "late": 0, "forced": 0}
 
 
@@ -417,9 +446,11 @@ async def run_pipeline(
     """One pipeline's run, timed until every record is read and, for a join, every
     result is out (`joins` pairs): records read but still held, or joined but not yet
     handled, are work not done."""
-    if name in BARE_PIPELINES or name == QUIX:
+    if name in BARE_PIPELINES or name in PEERS:
         if name == QUIX:
             run = await asyncio.to_thread(run_quix_join, base, total, joins, run_dir, timeout)
+        elif name == BYTEWAX:
+            run = await asyncio.to_thread(run_bytewax_join, base, total, joins, timeout)
         else:
             bootstrap = base.broker.removeprefix("kafka://")
             run = await asyncio.to_thread(run_bare, name, bootstrap, base, total, timeout)
@@ -552,7 +583,8 @@ async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[s
         base = dataclasses.replace(
             from_env(), broker=f"kafka://{broker.bootstrap}", topic_prefix="wb-", partitions=PARTITIONS
         )
-        await create_inputs(broker.bootstrap, [*base.topics(), quix_output(base)], PARTITIONS)
+        outputs = [quix_output(base), bytewax_output(base)]
+        await create_inputs(broker.bootstrap, [*base.topics(), *outputs], PARTITIONS)
         logged = floor_changelog(base)
         await create_join_topics(broker.bootstrap, {logged: PARTITIONS}, {logged: changelog_configs(None)})
         total = await load_inputs(base, impressions)
@@ -569,6 +601,7 @@ async def bench(impressions: int, rounds: int, timeout: float, pipelines: list[s
                     f"{run.get('peak_rss_kb', 0) / 1024:,.0f} MB" + _start_note(run)
                 )
                 per_round[-1][name] = wall_rate
+                print(runs[-1], file=sys.stderr, flush=True)  # as it goes: a later run may fail
     return report(best, per_round, runs, total, joins, impressions, rounds)
 
 
@@ -615,6 +648,7 @@ def report(
         f"Within each round (wall), tandem / {BARE}: {ratios('tandem', BARE)}; "
         f"tandem / consume-only: {ratios('tandem', 'consume-only')}; "
         f"tandem / {QUIX}: {ratios('tandem', QUIX)}; "
+        f"tandem / {BYTEWAX}: {ratios('tandem', BYTEWAX)}; "
         f"tandem / faust-table: {ratios('tandem', 'faust-table')}.",
         "",
         *(f"- {line}" for line in runs),

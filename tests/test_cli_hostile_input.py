@@ -97,7 +97,7 @@ def test_a_5000_digit_integer_is_a_warning_not_a_traceback() -> None:
     out = json.loads(done.stdout)
     assert out["members"]["m1"]["active"] == {"a": [0, 1]}
     warned = "\n".join(out["warnings"])
-    assert "capacity <an integer of 5,001 digits> is not a positive number" in warned
+    assert "capacity <an integer of 5,001 digits> is not positive" in warned
     assert "epoch <an integer of 6,000 digits>" in warned
 
 

@@ -81,6 +81,8 @@ def test_metrics_cover_the_view_and_the_dashboard(group: Cluster) -> None:
     for side in ("left", "right"):
         read = value("tandem_records_read_total", join="ad-join", side=side, worker="w1")
         assert read == view["read"][side]
+        let_go = value("tandem_align_let_go_total", join="ad-join", side=side, worker="w1")
+        assert let_go == view["let_go"][side]
     joined = value("tandem_results_total", join="ad-join", kind="joined", worker="w1")
     assert joined == view["results"] > 0
     assert value("tandem_partitions", join="ad-join", role="active", worker="w1") == len(view["actives"])

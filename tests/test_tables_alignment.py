@@ -74,6 +74,46 @@ def test_an_input_whose_end_is_unknown_holds_back_for_max_wait_only() -> None:
     assert a.release(0, {IMP: 1, CLK: None}) == ["i10"]
 
 
+def test_each_wait_that_runs_out_is_counted_once_per_input() -> None:
+    """An input let go for its wait (TANDEM_ALIGN_MAX_WAIT_MS) is counted once per silence,
+    however many releases pass it over, and again after it sent and went silent anew; an input
+    caught up or with nothing to read was not waited for."""
+    a, clock = aligner(max_wait_s=2.0)
+    a.add(0, IMP, 0, 10, "i10")
+    assert a.release(0, {IMP: 1, CLK: None}) == []
+    clock.now = 1.9
+    assert a.release(0, {IMP: 1, CLK: None}) == []
+    assert a.let_go == {IMP: 0, CLK: 0}  # still waiting
+    clock.now = 2.0
+    assert a.release(0, {IMP: 1, CLK: None}) == ["i10"]
+    a.add(0, IMP, 1, 20, "i20")
+    assert a.release(0, {IMP: 2, CLK: None}) == ["i20"]  # the same silence
+    assert a.let_go == {IMP: 0, CLK: 1}
+    a.add(0, CLK, 0, 30, "c30")
+    a.add(0, IMP, 2, 40, "i40")
+    assert a.release(0, {IMP: 3, CLK: None}) == ["c30"]  # clicks sent: waited for again
+    clock.now = 4.0
+    assert a.release(0, {IMP: 3, CLK: None}) == ["i40"]
+    a.add(1, IMP, 0, 10, "p1-i10")
+    assert a.release(1, {IMP: 1, CLK: 0}) == ["p1-i10"]  # nothing to read: no wait
+    assert a.let_go == {IMP: 0, CLK: 2}
+
+
+def test_an_input_silent_mid_backlog_is_counted_when_let_go() -> None:
+    a, clock = aligner(max_wait_s=2.0, max_wait_unheard_s=60.0)
+    a.add(0, IMP, 0, 10, "i10")
+    a.add(0, IMP, 1, 60, "i60")
+    a.add(0, CLK, 0, 20, "c20")
+    ends = {IMP: 2, CLK: 5}  # clicks have more on the broker
+    assert a.release(0, ends) == ["i10", "c20"]
+    clock.now = 59.0
+    assert a.release(0, ends) == []
+    assert a.let_go == {IMP: 0, CLK: 0}
+    clock.now = 60.0
+    assert a.release(0, ends) == ["i60"]
+    assert a.let_go == {IMP: 0, CLK: 1}
+
+
 def test_an_empty_or_already_committed_input_holds_nothing_back() -> None:
     a, _ = aligner()
     a.add(0, IMP, 7, 10, "i10")

@@ -1,13 +1,19 @@
 """`JoinTask`'s batch (tables/runtime/task.py) without a broker: the worker's own task and intake
 on the in-memory ports the test driver gives it (tables/testing/memory.py). What a batch
-releases, in what order, and what it lets the group commit."""
+releases, in what order, and what it lets the group commit; what the view and /metrics say of
+its input."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from faust.types import TP
 
+from tables.records.alignment import MAX_WAIT_UNHEARD_S
 from tables.testing import JoinTestDriver
 from tables.testing.memory import MemoryRecord
+from tables.web.metrics import _collect_join, _Families
+from tables.web.view import join_view
 from tests.test_tables_driver import order, orders_app, payment
 
 
@@ -54,3 +60,38 @@ async def test_a_bad_record_is_dead_lettered_and_committed_past() -> None:
         assert [letter["offset"] for letter in d.dead_letters()] == [0]
         assert d.inputs.committed() == {TP("orders", 0): 2}
         assert d.changelog(0)  # the good record's state went to the changelog
+
+
+class _Clock:
+    """The aligner's clock, moved by hand: a minute of silence without waiting for it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_an_input_let_go_for_its_silence_is_counted_in_the_view_and_metrics(tmp_path: Path) -> None:
+    """Payments have a record on the broker that never comes (not fetched): once their wait
+    runs out the order goes on without them, and the view and /metrics say so for that side."""
+    app, paid, t = orders_app(how="inner")
+    async with JoinTestDriver(paid, partitions=1) as d:
+        task = d._running()
+        clock = _Clock()
+        task.intake.aligner.clock = clock
+        orders, payments = TP("orders", 0), TP("payments", 0)
+        _, key, raw_payment = d._serializers.for_topic(t["payments"])
+        d.inputs.append(payments, MemoryRecord(key(2), raw_payment(payment(2)), 1_500, [], 0))
+        _, key, raw_order = d._serializers.for_topic(t["orders"])
+        d.inputs.append(orders, MemoryRecord(key(2), raw_order(order(2)), 1_000, [], 0))
+        await task.batch([d.inputs.fetch(paused={payments})])
+        assert task.input_snapshot().held == 1 and join_view(task)["let_go"] == {"left": 0, "right": 0}
+        clock.now = MAX_WAIT_UNHEARD_S
+        await task.batch([d.inputs.fetch(paused={payments})])
+        assert task.input_snapshot().held == 0
+        assert join_view(task)["let_go"] == {"left": 0, "right": 1}
+        families = _Families("w1")
+        _collect_join(families, "paid", task, tmp_path)
+        samples = {s.labels["side"]: s.value for s in families.by_name["tandem_align_let_go"].samples}
+        assert samples == {"left": 0, "right": 1}

@@ -538,7 +538,7 @@ def _parse_capacity(member_id: str, value: Any, warnings: Warnings) -> Fraction:
     warnings.member(
         member_id,
         "capacity",
-        f"member {member_id!r}: capacity {shown(value)} is not a positive number; using 1",
+        f"member {member_id!r}: capacity {shown(value)} is not positive; using 1",
     )
     return Fraction(1)
 

@@ -15,7 +15,9 @@ broker holds more of it (its high watermark is past the next offset to read), no
 once it is caught up, as Kafka Streams waits for a partition it knows has data. An
 input whose end is not known yet holds the others back for at most `max_wait_s`
 (Kafka Streams' max.task.idle.ms); one with data on the broker that sends nothing,
-for at most MAX_WAIT_UNHEARD_S. Live traffic is caught up after
+for at most MAX_WAIT_UNHEARD_S. Each time an input is let go so, its partner's records
+go on without it and the order is no longer exact: counted per input in `let_go` (the
+view's and /metrics' `let_go`). Live traffic is caught up after
 every fetch, so nothing is held there; a backlog is joined as if it had arrived
 in time. An input runs ahead of the other on a backlog (sparser in event time, a
 fetch of it covers more time), and what is held grows with the backlog: once half of
@@ -78,6 +80,7 @@ class _Input:
     last_offset: int | None = None  # of any record read, joined or dead-lettered
     last_read_at: float | None = None  # clock time of that record
     waiting_since: float | None = None  # first release it held back with nothing read
+    let_go: bool = False  # its wait ran out: its partner goes on without it until it sends
     # Offsets of its records held, ascending from `start` (a topic partition is read in
     # offset order: appended), some already released (counted in `gone`, dropped from
     # the front lazily): the first held is found without scanning every held record.
@@ -167,6 +170,9 @@ class Aligner(Generic[Item]):
         self.max_held = max_held
         self.clock = clock
         self.forced = 0  # records released before their turn (past the cap)
+        # Input -> times its wait ran out and its partner's records went on without it (the
+        # order is then no longer exact): once per silence, counted in `_bound`.
+        self.let_go: dict[str, int] = dict.fromkeys(self.topics, 0)
         self._partitions: dict[int, _Partition[Item]] = {}
         self._next_arrival = 0  # (ts, arrival) orders held records totally
 
@@ -316,7 +322,7 @@ class Aligner(Generic[Item]):
             return None
         starts = starts or {}
         bounds = {
-            t: self._bound(state.inputs[t], ends.get(t), starts.get(t), paused=t in state.ahead)
+            t: self._bound(t, state.inputs[t], ends.get(t), starts.get(t), paused=t in state.ahead)
             for t in self.topics
         }
         limit = min(bounds.values())
@@ -422,9 +428,12 @@ class Aligner(Generic[Item]):
         source.last_offset = offset if source.last_offset is None else max(source.last_offset, offset)
         source.last_read_at = self.clock()
         source.waiting_since = None
+        source.let_go = False
         return source
 
-    def _bound(self, source: _Input, end: int | None, start: int | None, paused: bool = False) -> float:
+    def _bound(
+        self, topic: str, source: _Input, end: int | None, start: int | None, paused: bool = False
+    ) -> float:
         """Up to which timestamp this input lets the partition's records through. `paused`:
         it is named ahead (the runtime fetches no more of it), so its silence is ours: it is
         not let go for it, neither while paused (what it holds would be released past the cap
@@ -440,7 +449,7 @@ class Aligner(Generic[Item]):
             if source.waiting_since is None:
                 source.waiting_since = now
             limit = self.max_wait_s if end is None else self.max_wait_unheard_s
-            return _INF if now - source.waiting_since >= limit else -_INF
+            return self._give_up(topic, source) if now - source.waiting_since >= limit else -_INF
         if end is not None and source.last_offset + 1 >= end:
             return _INF  # caught up: whatever it sends next comes later
         # More on the broker (or no end known): wait for it. An input short of its end
@@ -451,5 +460,13 @@ class Aligner(Generic[Item]):
             source.last_read_at = now  # its silence starts when it is resumed
         silence = self.max_wait_s if end is None else self.max_wait_unheard_s
         if now - source.last_read_at >= silence:
-            return _INF
+            return self._give_up(topic, source)
         return -_INF if source.highest_ts is None else float(source.highest_ts)
+
+    def _give_up(self, topic: str, source: _Input) -> float:
+        """`topic`'s wait ran out: counted once until it sends again (the bound is taken on
+        every release), and no bound from it."""
+        if not source.let_go:
+            source.let_go = True
+            self.let_go[topic] += 1
+        return _INF

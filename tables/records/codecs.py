@@ -31,6 +31,7 @@ import orjson
 from faust.models.record import Record
 from faust.serializers import codecs as faust_codecs
 
+from assignor import internals
 from tables.compiled import CompiledPart
 
 Category = Literal[
@@ -830,3 +831,18 @@ def _fast_model(model: type[Record], fields: list[_Field], defaults: dict[str, A
         [defaults.get(f.name, _NO_DEFAULT) for f in fields],
         _NO_DEFAULT,
     )
+
+
+def _model_options_probe() -> list[str]:
+    """What `record_fields` and `JsonForm` read of a Faust model's `_options` (private)."""
+
+    class Probe(Record):
+        field: int
+
+    options = Probe._options
+    wanted = ("fields", "optionalset", "defaults", "validation", "coerce")
+    return [f"faust.Record._options.{name} is gone" for name in wanted if not hasattr(options, name)]
+
+
+internals.require(__name__, Record, "_options")
+internals.require_probe(__name__, _model_options_probe)

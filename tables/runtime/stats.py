@@ -109,6 +109,7 @@ class InputSnapshot:
 
     held: int
     forced: int
+    let_go: dict[str, int]  # side -> times its alignment wait ran out (Aligner.let_go)
     paused: list[str]  # "topic:partition"
     deferred: int
     live_records: int | None

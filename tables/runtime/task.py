@@ -530,6 +530,7 @@ class JoinTask:
         return InputSnapshot(
             held=intake.aligner.held(),
             forced=intake.aligner.forced,
+            let_go={intake.sides[topic]: n for topic, n in intake.aligner.let_go.items()},
             paused=sorted(f"{tp.topic}:{tp.partition}" for tp in intake.ahead),
             deferred=sum(map(len, intake.deferred.values())),
             live_records=self.live_records(),

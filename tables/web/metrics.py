@@ -91,6 +91,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "tandem_held_records": ("gauge", ("join",), "Records held for event-time alignment"),
     "tandem_forced_records": ("counter", ("join",), "Records released before their turn (alignment cap)"),
+    "tandem_align_let_go": (
+        "counter",
+        ("join", "side"),
+        "Times an input's wait for event-time order ran out and its partner went on without it",
+    ),
     "tandem_batches": ("counter", ("join",), "Batches joined and committed"),
     "tandem_handler_restarts": (
         "counter",
@@ -313,6 +318,8 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
     if held.live_records is not None:
         f.add("tandem_live_records", [name], held.live_records)
     f.add("tandem_forced_records", [name], held.forced)
+    for side, n in held.let_go.items():
+        f.add("tandem_align_let_go", [name, side], n)
     f.add("tandem_batches", [name], stats.batches)
     f.add("tandem_handler_restarts", [name], stats.handler_restarts)
     f.add("tandem_join_failed", [name], 1 if stats.failure else 0)

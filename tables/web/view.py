@@ -125,6 +125,9 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         # Records the ready active partitions hold in memory (the windowed join's index).
         "live_records": held.live_records,
         "forced": held.forced,
+        # Per side: times its wait for event-time order ran out (TANDEM_ALIGN_MAX_WAIT_MS) and its
+        # partner went on without it; while all are 0 the order was exact (docs/pipeline.md).
+        "let_go": held.let_go,
         # Inputs not read for now (far ahead of their partner in event time) and what was
         # fetched of them before the pause, kept aside until they are resumed.
         "paused": held.paused,
