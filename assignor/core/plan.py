@@ -178,7 +178,7 @@ def _render_revoking(
     the round's active counts (a revoked task counts on nobody until the follow-up)."""
     if not scn.cooperative:
         return
-    revoking = []
+    revoking: list[dict[str, Any]] = []
     for task in np.nonzero(revoked)[0].tolist():
         g = int(index.group_of[task])
         revoking.append(
@@ -193,9 +193,10 @@ def _render_revoking(
     assignment["follow_up"] = bool(revoking)
     stats.revoking = len(revoking)
     for entry in revoking:
-        stats.actives[entry["to"]] -= 1
-        if not stats.actives[entry["to"]]:
-            del stats.actives[entry["to"]]
+        taker: str = entry["to"]
+        stats.actives[taker] -= 1
+        if not stats.actives[taker]:
+            del stats.actives[taker]
 
 
 def _warmup_counts(index: _Index, holds: Holds) -> dict[str, int]:
