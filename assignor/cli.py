@@ -126,7 +126,8 @@ def _json_int(text: str) -> int | float:
 
 def render_summary(raw: Any, result: PlanResult) -> str:
     """Per member actives/standbys (and warm-ups), then kept, moved warm, moved cold and the
-    balance spread; with warm-ups on, the pending moves."""
+    balance spread; with warm-ups on, the pending moves; in a cooperative round, the revoked
+    tasks and whether a follow-up rebalance comes."""
     members = result.assignment["members"]
     info = raw.get("members", {}) if isinstance(raw, dict) else {}
     pending = result.assignment.get("pending_moves")
@@ -153,8 +154,31 @@ def render_summary(raw: Any, result: PlanResult) -> str:
     ]
     if pending is not None:
         lines += _pending_lines(pending, counts, list(members))
+    revoking = result.assignment.get("revoking")
+    if revoking is not None:
+        lines += _revoking_lines(revoking, counts, list(members))
     lines += [f"warning: {one_line(w)}" for w in result.assignment["warnings"]]
     return "\n".join(lines)
+
+
+def _revoking_lines(revoking: list[dict[str, Any]], counts: list[int], members: list[str]) -> list[str]:
+    """A cooperative round: one line per task revoked now and assigned in the follow-up, after
+    the balance spread once the follow-up has assigned them (the table counts them nowhere)."""
+    if not revoking:
+        return ["cooperative round: nothing revoked, no follow-up rebalance"]
+    after = dict(zip(members, counts, strict=True))
+    for move in revoking:
+        after[move["to"]] = after.get(move["to"], 0) + 1
+    spread = max(after.values()) - min(after.values()) if after else 0
+    lines = [
+        f"cooperative round: revoking {len(revoking)}, active nowhere until the follow-up "
+        f"rebalance assigns them; balance spread after the follow-up {spread}"
+    ]
+    for move in revoking:
+        task = one_line(f"{'+'.join(move['topics'])}#{move['partition']}")
+        giver, taker = one_line(move["from"]), one_line(move["to"])
+        lines.append(f"  {task}: revoked from {giver}, to {taker} in the follow-up")
+    return lines
 
 
 def _pending_lines(pending: list[dict[str, Any]], counts: list[int], members: list[str]) -> list[str]:

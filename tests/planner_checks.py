@@ -382,3 +382,75 @@ def feed_back_warmups(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[s
         member["previous_standby"] = standby
         member["local_offsets"] = offsets
     return again
+
+
+# -- cooperative rounds (the contract's "Cooperative rounds" section) --------------------------
+
+
+def eager_of(scn: dict[str, Any]) -> dict[str, Any]:
+    """The same scenario with the eager protocol (C1: its plan is the cooperative round's target)."""
+    return {**scn, "protocol": "eager"}
+
+
+def owned_tasks(scn: dict[str, Any]) -> dict[Task, str]:
+    """Owned tasks: the winning claim's member is in the scenario (here every claimant is)."""
+    return {t: m for t, m in fenced_claims(scn).items() if m in scn["members"]}
+
+
+def revoked_tasks(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[Task, dict[str, Any]]:
+    """The output's `revoking` entries by task; asserts each names one task once."""
+    found: dict[Task, dict[str, Any]] = {}
+    for entry in assignment["revoking"]:
+        assert set(entry) == {"topics", "from", "to", "partition"}, entry
+        task = task_of(scn, entry["topics"], entry["partition"])
+        assert entry["topics"] == groups_of(scn)[task[0]], "a revocation lists the group's topics, sorted"
+        assert task not in found, f"task {task} revoked twice"
+        found[task] = entry
+    return found
+
+
+def round_owners(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[Task, str]:
+    """Owner of each task in a cooperative round. Asserts validity and co-partitioning as
+    task_owner does, and C2's half about revoked tasks: active on no member, not unassigned."""
+    revoked = revoked_tasks(scn, assignment)
+    unassigned = {t: list(ps) for t, ps in assignment["unassigned"].items()}
+    groups = groups_of(scn)
+    for gi, p in revoked:
+        for topic in groups[gi]:
+            if p < scn["topics"][topic]:
+                assert p not in unassigned.get(topic, []), f"revoked {topic}#{p} is also unassigned"
+                unassigned.setdefault(topic, []).append(p)
+    owners = task_owner(scn, {**assignment, "unassigned": unassigned})
+    for task in revoked:
+        assert task not in owners, f"revoked task {task} is still active on {owners.get(task)}"
+    return owners
+
+
+def feed_back_round(scn: dict[str, Any], assignment: dict[str, Any]) -> dict[str, Any]:
+    """C4's follow-up scenario: actives as previous_active, standbys and warm-ups as
+    previous_standby, the output's epoch; nothing else changes (offsets stay as they were)."""
+    again = feed_back(scn, assignment)
+    for m, d in assignment["members"].items():
+        member = again["members"][m]
+        standby = {t: set(ps) for t, ps in member["previous_standby"].items()}
+        for topic, partitions in d.get("warmup", {}).items():
+            standby[topic] = standby.get(topic, set()) | set(partitions)
+        member["previous_standby"] = {t: sorted(ps) for t, ps in standby.items()}
+    return again
+
+
+def held_unowned(scn: dict[str, Any], assignment: dict[str, Any]) -> bool:
+    """C4's exception: the round held an unowned task on a caught-up member (W2)."""
+    owned = owned_tasks(scn)
+    return any(
+        task_of(scn, move["topics"], move["partition"]) not in owned
+        for move in assignment.get("pending_moves", [])
+    )
+
+
+def follow_up_score(scn: dict[str, Any], owners: dict[Task, str]) -> tuple[int, ...]:
+    """How sticky and warm a placement is in the follow-up round, as the contract counts it:
+    kept, then (with warm-ups) moved onto caught-up members, then moved onto state holders."""
+    if "acceptable_recovery_lag" in scn:
+        return kept_caught_warm(scn, owners, warm_holders(scn))
+    return kept_and_warm(scn, owners)

@@ -39,6 +39,11 @@ class ActiveProblem:
     bounds: Bounds
     owner: np.ndarray  # (T,) fenced previous owner, -1 if none or not eligible
     warm: StateHolders  # task -> {member: freshness}, owner excluded
+    # Warm-ups on, with a `protocol` field: every caught-up holder ranks first alike, and a
+    # caught-up previous standby gets no preference, so a cooperative follow-up (where the
+    # revoking member became a fresh holder and the first round's standby is gone) breaks
+    # ties as its first round did (C4). Freshness still ranks the holders not caught up.
+    follow_up_stable: bool = False
 
 
 @dataclass(slots=True)
@@ -244,6 +249,23 @@ def _ranked_holders(
     return _RankedHolders(rows[ok], members[ok], slots[ok], rank[ok], caught[ok], caught_standby[ok])
 
 
+def _caught_up_ranked_alike(ranked: _RankedHolders) -> _RankedHolders:
+    """Rank 0 for every caught-up holder; the others ranked among themselves, freshest first
+    (their order in `ranked`), from 1; no caught-up-standby preference."""
+    rows, caught = ranked.rows, ranked.caught
+    if len(rows) == 0:
+        return ranked
+    starts = np.r_[0, np.nonzero(np.diff(rows))[0] + 1]
+    lengths = np.diff(np.r_[starts, len(rows)])
+    behind = (~caught).astype(np.int64)
+    # Position among the row's holders not caught up (cumulative count within the row).
+    before = np.cumsum(behind) - behind
+    position = before - np.repeat(before[starts], lengths)
+    rank = np.where(caught, 0, position + 1)
+    none = np.zeros(len(rows), bool)
+    return _RankedHolders(rows, ranked.members, ranked.slots, rank, caught, none)
+
+
 def _keep_arcs(
     problem: ActiveProblem,
     net: FlowNetwork,
@@ -296,6 +318,8 @@ def _graded_task_arcs(
     # preference: the last round put plain standbys by its actives, and preferring them would
     # change which task a held move takes when nothing else changed (W5).
     ranked = _ranked_holders(problem.warm, flow_tasks, slot_of, groups, graded=True)
+    if problem.follow_up_stable:
+        ranked = _caught_up_ranked_alike(ranked)
     if len(ranked.rows):
         preference = 2 * (levels - 1 - ranked.rank) + ranked.caught_standby
         tie = tie_weights(flow_tasks[ranked.rows], ranked.members, bits)

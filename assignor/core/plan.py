@@ -33,6 +33,7 @@ class PlanStats:
     standbys: dict[str, int] = field(default_factory=dict)
     pending: int = 0  # moves held on a caught-up member (warm-ups on)
     warmups: dict[str, int] = field(default_factory=dict)  # warm-up replicas per member
+    revoking: int = 0  # tasks revoked in this cooperative round, assigned in the follow-up
 
 
 @dataclass(slots=True)
@@ -104,27 +105,35 @@ def _plan_or_fall_back(raw: Any) -> PlanResult:
 def _plan(scn: Scenario) -> PlanResult:
     index = _index(scn)
     owner = _fenced_owners(scn, index)
+    owned = owner.copy()  # cooperative rounds: an ineligible owner still runs its task
     owner[(owner >= 0) & ~_eligible_for_task(index, owner)] = -1
     if scn.warmup is not None:
-        return _plan_with_warmups(scn, index, owner)
+        return _plan_with_warmups(scn, index, owner, owned)
     warm = _state_holders(scn, index, owner)
     sizes = np.diff(index.offsets)
     bounds = compute_bounds(sizes, index.eligible, [m.capacity for m in scn.members])
     problem = ActiveProblem(index.group_of, index.eligible, bounds, owner.copy(), warm)
     placed = place_actives(problem)
+    if scn.protocol_named:  # follow-up-stable ties (C4); without the field, ties as before
+        placed = canonical_target(problem, placed)
     standbys = _standbys(scn, index, placed, warm)
     stats = _stats(index, placed, owner, warm, standbys)
-    return PlanResult(_render(scn, index, placed, standbys), stats)
+    revoked = _revoked(scn, owned, placed)
+    assignment = _render(scn, index, _without(placed, revoked), standbys)
+    _render_revoking(scn, index, placed, owned, revoked, assignment, stats)
+    return PlanResult(assignment, stats)
 
 
-def _plan_with_warmups(scn: Scenario, index: _Index, owner: np.ndarray) -> PlanResult:
+def _plan_with_warmups(scn: Scenario, index: _Index, owner: np.ndarray, owned: np.ndarray) -> PlanResult:
     """The target as without warm-ups, but with the members of finite lag as the holders of
     state (least behind first); then the moves to members not caught up are held (W1-W4)."""
     assert scn.warmup is not None
     lags = task_lags(scn, scn.warmup, index.groups, index.offsets, index.eligible, owner)
     warm = lags.holders()
     bounds = compute_bounds(np.diff(index.offsets), index.eligible, [m.capacity for m in scn.members])
-    problem = ActiveProblem(index.group_of, index.eligible, bounds, owner.copy(), warm)
+    problem = ActiveProblem(
+        index.group_of, index.eligible, bounds, owner.copy(), warm, follow_up_stable=scn.protocol_named
+    )
     target = canonical_target(problem, place_actives(problem))
     holds = hold_moves(lags, target, owner, scn.warmup.budget, len(scn.members))
     warmup_member = holds.warmup_members(len(target))
@@ -132,9 +141,62 @@ def _plan_with_warmups(scn: Scenario, index: _Index, owner: np.ndarray) -> PlanR
     stats = _stats(index, holds.placed, owner, warm, standbys)
     stats.pending = len(holds.moves)
     stats.warmups = _warmup_counts(index, holds)
-    assignment = _render(scn, index, holds.placed, standbys)
+    revoked = _revoked(scn, owned, holds.placed)
+    assignment = _render(scn, index, _without(holds.placed, revoked), standbys)
     _render_warmups(index, holds, assignment)
+    _render_revoking(scn, index, holds.placed, owned, revoked, assignment, stats)
     return PlanResult(assignment, stats)
+
+
+def _revoked(scn: Scenario, owned: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Cooperative rounds (C2): the owned tasks whose target active owner is another member.
+    Unowned tasks move at once (C5); eager rounds revoke nothing here (everything is given up)."""
+    if not scn.cooperative:
+        return np.zeros(len(target), bool)
+    return (owned >= 0) & (target >= 0) & (target != owned)
+
+
+def _without(placed: np.ndarray, revoked: np.ndarray) -> np.ndarray:
+    """The round's actives: the target's, less the tasks revoked in this round (C2)."""
+    if not revoked.any():
+        return placed
+    actives = placed.copy()
+    actives[revoked] = -1
+    return actives
+
+
+def _render_revoking(
+    scn: Scenario,
+    index: _Index,
+    target: np.ndarray,
+    owned: np.ndarray,
+    revoked: np.ndarray,
+    assignment: dict[str, Any],
+    stats: PlanStats,
+) -> None:
+    """`revoking` (task order, like `pending_moves`) and `follow_up`, in cooperative rounds;
+    the round's active counts (a revoked task counts on nobody until the follow-up)."""
+    if not scn.cooperative:
+        return
+    revoking: list[dict[str, Any]] = []
+    for task in np.nonzero(revoked)[0].tolist():
+        g = int(index.group_of[task])
+        revoking.append(
+            {
+                "topics": list(index.groups[g].topics),
+                "partition": task - int(index.offsets[g]),
+                "from": index.members[int(owned[task])],
+                "to": index.members[int(target[task])],
+            }
+        )
+    assignment["revoking"] = revoking
+    assignment["follow_up"] = bool(revoking)
+    stats.revoking = len(revoking)
+    for entry in revoking:
+        taker: str = entry["to"]
+        stats.actives[taker] -= 1
+        if not stats.actives[taker]:
+            del stats.actives[taker]
 
 
 def _warmup_counts(index: _Index, holds: Holds) -> dict[str, int]:

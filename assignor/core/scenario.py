@@ -119,6 +119,11 @@ class Scenario:
     members: list[Member]  # sorted by id
     warnings: Warnings = field(default_factory=Warnings)
     warmup: WarmupInput | None = None  # None: warm-ups off (no acceptable_recovery_lag)
+    cooperative: bool = False  # "protocol": "cooperative" (KIP-429 rounds); else eager
+    # Any "protocol" field: ties between equally good placements are broken canonically, so a
+    # follow-up round puts revoked tasks where the first round meant (C4). Without the field
+    # the planner breaks ties as it always has (tests/test_planner_warmups_off.py's corpus).
+    protocol_named: bool = False
 
     @property
     def max_epoch(self) -> int:
@@ -126,8 +131,9 @@ class Scenario:
 
 
 SCENARIO_FIELDS = frozenset(
-    {"topics", "copartition_groups", "changelog_topics", "standby_replicas", "members"}
+    {"topics", "copartition_groups", "changelog_topics", "standby_replicas", "members", "protocol"}
 )
+PROTOCOLS = ("eager", "cooperative")
 # The contract's optional warm-up fields (KIP-441 style); acceptable_recovery_lag turns them on.
 WARMUP_FIELDS = frozenset({"acceptable_recovery_lag", "max_warmup_replicas", "changelog_end_offsets"})
 MEMBER_FIELDS = frozenset(
@@ -170,10 +176,21 @@ def parse_scenario(raw: Any) -> Scenario:
         standby = 0
     _warn_unknown_fields(raw, warnings)
     warmup = _parse_warmup(raw, topics, changelogs, warnings)
+    cooperative = _parse_protocol(raw, warnings)
+    protocol_named = "protocol" in raw
     members = _float_safe_capacities(
         _parse_members(raw.get("members"), topics, changelogs, warnings), warnings
     )
-    return Scenario(topics, groups, standby, members, warnings, warmup)
+    return Scenario(topics, groups, standby, members, warnings, warmup, cooperative, protocol_named)
+
+
+def _parse_protocol(raw: Mapping[Any, Any], warnings: Warnings) -> bool:
+    """True for `"protocol": "cooperative"`; absent or "eager" is eager, anything else a warning."""
+    protocol = raw.get("protocol", "eager")
+    if not isinstance(protocol, str) or protocol not in PROTOCOLS:
+        warnings.add("protocol", f"protocol {shown(protocol)} is not 'eager' or 'cooperative'; using 'eager'")
+        return False
+    return protocol == "cooperative"
 
 
 # Capacities are only ever compared as ratios; the planner's floats hold these ratios.
