@@ -166,6 +166,16 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("join",),
         "Records the join's ready active partitions hold in memory (the windowed join's index)",
     ),
+    "tandem_window_index_entries": (
+        "gauge",
+        ("join",),
+        "Entries of the windowed join's index of live records, over its ready active partitions",
+    ),
+    "tandem_window_index_bytes": (
+        "gauge",
+        ("join",),
+        "Bytes the windowed join's index holds in memory (an estimate; in RocksDB: its read-ahead)",
+    ),
     "tandem_event_loop_stall_seconds": (
         "gauge",
         (),
@@ -306,6 +316,10 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
     live = task.live_records()
     if live is not None:
         f.add("tandem_live_records", [name], live)
+    index = task.index_memory()
+    if index is not None:
+        f.add("tandem_window_index_entries", [name], index["entries"])
+        f.add("tandem_window_index_bytes", [name], index["bytes"])
     f.add("tandem_forced_records", [name], task.intake.aligner.forced)
     f.add("tandem_batches", [name], stats.batches)
     f.add("tandem_handler_restarts", [name], stats.handler_restarts)

@@ -123,6 +123,8 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         "held": intake.aligner.held(),
         # Records the ready active partitions hold in memory (the windowed join's index).
         "live_records": task.live_records(),
+        # The windowed join's index of them: entries, and bytes in memory (None: no such index).
+        "window_index": task.index_memory(),
         "forced": intake.aligner.forced,
         # Inputs not read for now (far ahead of their partner in event time) and what was
         # fetched of them before the pause, kept aside until they are resumed.

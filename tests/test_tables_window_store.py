@@ -1,0 +1,140 @@
+"""Where the windowed join keeps its index of live records (TANDEM_WINDOW_INDEX): in memory
+(tables/operators/window_index.py) or in the state (tables/operators/stored_window.py), over
+real RocksDB stores. A state written with one index and opened with the other carries on with
+the same results as a state that never changed (the in-memory join drops the stored index it
+would not keep current; the stored one builds its index from the records), and what each one
+says it holds in memory (the view's and /metrics' `window_index`) is what it holds."""
+
+from __future__ import annotations
+
+import tempfile
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tables.operators import keys
+from tables.operators.kv import MemoryKV
+from tables.operators.stored_window import READ_AHEAD, StoredIndexJoin
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
+from tables.state.partition import StatePartition
+from tables.state.store import open_store
+from tests.test_tables_index import Run, records, runs
+
+# Every test here with each loop of the in-memory operator (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("join_loop")
+
+
+def _partition(path: Path, window: JoinWindow, join_type: JoinType, index: str, ids: bool) -> StatePartition:
+    return StatePartition(open_store(path), WindowedKind(window, join_type, index=index), "active", ids)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_a_state_opened_with_the_other_window_index_carries_on_alike(run: Run) -> None:
+    join_type, window, ids, batches, _, _ = run
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = _partition(Path(tmp) / "reference", window, join_type, "memory", ids)
+        switched = _partition(Path(tmp) / "switched", window, join_type, "rocksdb", ids)
+        try:
+            for number, batch in enumerate(batches):
+                got = switched.operator.process_many(batch)
+                assert got == reference.operator.process_many(batch), batch
+                assert switched.operator.take_changes() == reference.operator.take_changes()
+                switched.write(number)
+                reference.write(number)
+                assert switched.operator.counters() == reference.operator.counters()
+                assert switched.operator.live_records == reference.operator.live_records
+                assert records(switched) == records(reference)
+                # The other index from the next batch on: the same files, opened again.
+                index = "memory" if switched.kind.index == "rocksdb" else "rocksdb"  # type: ignore[attr-defined]
+                switched.store.close()
+                switched = _partition(switched.store.path, window, join_type, index, ids)
+                if index == "memory":  # the stored index and its mark are gone with the next write
+                    switched.write(number)
+                    left = {k[:1] for k, _ in switched.store.scan(b"", b"\xff")}
+                    assert not left & {keys.EXPIRY_INDEX, keys.ID_INDEX, keys.INDEX_MARK[:1]}, left
+        finally:
+            reference.store.close()
+            switched.store.close()
+
+
+def test_the_window_index_setting() -> None:
+    window = JoinWindow(0, 10, 0)
+    memory, stored = (
+        WindowedKind(window, JoinType.INNER),
+        WindowedKind(window, JoinType.INNER, index="rocksdb"),
+    )
+    assert memory.index == "memory" and keys.RECORD in memory.unscanned
+    # Records and due times are range-scanned through the batch overlay: it must index them.
+    assert keys.RECORD not in stored.unscanned and keys.EXPIRY_INDEX not in stored.unscanned
+    assert type(stored.operator(MemoryKV(), False)) is StoredIndexJoin
+    assert type(memory.operator(MemoryKV(), False)) is WindowedJoin
+    assert stored.describe()["window_index"] == "rocksdb"
+    with pytest.raises(ValueError, match="window index 'disk'"):
+        WindowedKind(window, JoinType.INNER, index="disk")
+
+
+def test_the_window_index_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    window = JoinWindow(0, 10, 0)
+    monkeypatch.setenv("TANDEM_WINDOW_INDEX", " RocksDB ")
+    assert WindowedKind(window, JoinType.INNER).index == "rocksdb"
+    monkeypatch.setenv("TANDEM_WINDOW_INDEX", "")
+    assert WindowedKind(window, JoinType.INNER).index == "memory"
+    monkeypatch.setenv("TANDEM_WINDOW_INDEX", "lmdb")
+    with pytest.raises(ValueError, match="TANDEM_WINDOW_INDEX='lmdb'"):
+        WindowedKind(window, JoinType.INNER)
+
+
+def _events(count: int, keys_per: int) -> list[tuple[str, bytes, int, bytes, bytes]]:
+    return [("left", b"auction-%d" % (n // keys_per), 1_000 + n, b"%08d" % n, b"v") for n in range(count)]
+
+
+@pytest.mark.parametrize(("ids", "keys_per"), [(False, 1), (True, 1), (False, 10)])
+def test_the_in_memory_index_says_what_it_holds(ids: bool, keys_per: int) -> None:
+    """index_memory()'s bytes within 15 % of what tracemalloc counts the index allocating
+    (the records' keys included: the state is RocksDB's in a worker, not Python objects)."""
+    join = WindowedJoin(MemoryKV(), JoinWindow(0, 10**9, 0), JoinType.LEFT, ids)
+    join.process_many(_events(10, keys_per))
+    count = 20_000
+    added = [
+        (keys.record_key("left", b"auction-%d" % (n // keys_per), 2_000 + n, b"%08d" % n), 2_000 + n)
+        for n in range(count)
+    ]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for record_key, ts in added:
+            prefix = record_key[: keys.KEY_AT + keys.LEN.unpack_from(record_key, 2)[0]]
+            join.index.add(prefix, record_key, ts, record_key[len(prefix) + 8 :])
+        allocated = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # The keys were made before tracing began: count them as the index's, as in a worker.
+    allocated += sum((record_key.__sizeof__() + 7) // 8 * 8 for record_key, _ in added)
+    measured = join.index_memory()
+    assert measured["entries"] == count + 10
+    assert abs(measured["bytes"] - allocated) <= 0.15 * allocated, (measured, allocated)
+
+
+def test_the_stored_index_holds_no_record_in_memory() -> None:
+    """Its memory is its read-ahead of the time index, whatever the window holds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        kind = WindowedKind(JoinWindow(0, 50, 0), JoinType.LEFT, index="rocksdb")
+        partition = StatePartition(open_store(Path(tmp) / "s"), kind, "active", False)
+        try:
+            sizes = []
+            for batch in range(6):
+                partition.operator.process_many(_events(20_000, 1)[batch * 3_000 : (batch + 1) * 3_000])
+                partition.operator.take_changes()
+                partition.write(batch)
+                sizes.append(partition.operator.index_memory())  # type: ignore[attr-defined]
+            assert sizes[-1]["entries"] == partition.operator.live_records > 0
+            assert all(size["bytes"] <= 2 * READ_AHEAD * 128 for size in sizes), sizes
+            # The same files opened again count what they hold.
+            partition.store.close()
+            partition = StatePartition(open_store(Path(tmp) / "s"), kind, "active", False)
+            assert partition.operator.live_records == sizes[-1]["entries"]
+        finally:
+            partition.store.close()
