@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 from tables.operators import keys
 from tables.operators.kv import MemoryKV
-from tables.operators.stored_window import READ_AHEAD, StoredIndexJoin
+from tables.operators.stored_window import READ_AHEAD, KeyFilter, StoredIndexJoin
 from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
 from tables.state.partition import StatePartition
 from tables.state.store import open_store
@@ -26,8 +26,11 @@ from tests.test_tables_index import Run, records, runs
 pytestmark = pytest.mark.usefixtures("join_loop")
 
 
-def _partition(path: Path, window: JoinWindow, join_type: JoinType, index: str, ids: bool) -> StatePartition:
-    return StatePartition(open_store(path), WindowedKind(window, join_type, index=index), "active", ids)
+def _partition(
+    path: Path, window: JoinWindow, join_type: JoinType, index: str, ids: bool, filter_bytes: int = 4096
+) -> StatePartition:
+    kind = WindowedKind(window, join_type, index=index, filter_bytes=filter_bytes)
+    return StatePartition(open_store(path), kind, "active", ids)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -60,6 +63,49 @@ def test_a_state_opened_with_the_other_window_index_carries_on_alike(run: Run) -
             switched.store.close()
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_a_key_filter_of_one_slot_changes_nothing(run: Run) -> None:
+    """Every key in one counter (each side's keys collide, counts saturate on long runs):
+    the filter only ever lets a scan or a read happen that finds nothing."""
+    join_type, window, ids, batches, restart_after, _ = run
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = _partition(Path(tmp) / "reference", window, join_type, "memory", ids)
+        crowded = _partition(Path(tmp) / "crowded", window, join_type, "rocksdb", ids, filter_bytes=1)
+        try:
+            for number, batch in enumerate(batches):
+                assert crowded.operator.process_many(batch) == reference.operator.process_many(batch), batch
+                assert crowded.operator.take_changes() == reference.operator.take_changes()
+                crowded.write(number)
+                reference.write(number)
+                assert records(crowded) == records(reference)
+                if number == restart_after:
+                    crowded.store.close()
+                    crowded = _partition(crowded.store.path, window, join_type, "rocksdb", ids, 1)
+        finally:
+            reference.store.close()
+            crowded.store.close()
+
+
+def test_the_key_filter_counts_exactly_until_it_saturates() -> None:
+    one = KeyFilter(1)
+    assert len(one.counts) == 1 and not one.may_hold(b"rLa")
+    one.add(b"rLa")
+    one.add(b"rRb")  # the same slot
+    one.remove(b"rLa")
+    assert one.may_hold(b"rLa")  # rRb's count: a scan that finds nothing, never a scan missed
+    one.remove(b"rRb")
+    assert not one.may_hold(b"rLa")
+    for _ in range(300):
+        one.add(b"rLa")
+    for _ in range(300):
+        one.remove(b"rLa")
+    assert one.may_hold(b"rLa")  # saturated at 255: never decremented, never falsely empty
+    assert len(KeyFilter(5000).counts) == 4096
+    with pytest.raises(ValueError, match="key filter of 0 bytes"):
+        KeyFilter(0)
+
+
 def test_the_window_index_setting() -> None:
     window = JoinWindow(0, 10, 0)
     memory, stored = (
@@ -84,6 +130,13 @@ def test_the_window_index_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     assert WindowedKind(window, JoinType.INNER).index == "memory"
     monkeypatch.setenv("TANDEM_WINDOW_INDEX", "lmdb")
     with pytest.raises(ValueError, match="TANDEM_WINDOW_INDEX='lmdb'"):
+        WindowedKind(window, JoinType.INNER)
+    monkeypatch.setenv("TANDEM_WINDOW_INDEX", "rocksdb")
+    assert WindowedKind(window, JoinType.INNER).filter_bytes == 4 << 20
+    monkeypatch.setenv("TANDEM_WINDOW_INDEX_FILTER_MB", "0.5")
+    assert WindowedKind(window, JoinType.INNER).filter_bytes == 1 << 19
+    monkeypatch.setenv("TANDEM_WINDOW_INDEX_FILTER_MB", "-1")
+    with pytest.raises(ValueError, match="TANDEM_WINDOW_INDEX_FILTER_MB must be positive"):
         WindowedKind(window, JoinType.INNER)
 
 
@@ -131,7 +184,7 @@ def test_the_stored_index_holds_no_record_in_memory() -> None:
                 partition.write(batch)
                 sizes.append(partition.operator.index_memory())  # type: ignore[attr-defined]
             assert sizes[-1]["entries"] == partition.operator.live_records > 0
-            assert all(size["bytes"] <= 2 * READ_AHEAD * 128 for size in sizes), sizes
+            assert all(size["bytes"] <= kind.filter_bytes + 2 * READ_AHEAD * 128 for size in sizes), sizes
             # The same files opened again count what they hold.
             partition.store.close()
             partition = StatePartition(open_store(Path(tmp) / "s"), kind, "active", False)

@@ -76,6 +76,45 @@ _ID_RIGHT = ID + keys.SIDE_BYTE["right"]
 _pack_time = keys.TIME.pack
 _unpack_time = keys.TIME.unpack_from
 _pack_len = keys.LEN.pack
+_unpack_len = keys.LEN.unpack_from
+# Memory of one partition's key filter: 4 MiB, 4 Mi counters. With fewer live (side, join key)
+# pairs than a tenth of that, nine scans in ten for a key with no live partner are skipped.
+FILTER_BYTES = 4 << 20
+_SATURATED = 255
+
+
+class KeyFilter:
+    """How many live records each (side, join key) holds, by a hash of its record-key prefix
+    into a fixed array of byte counters: the bounded in-memory part of the index. A count of
+    0 is exact (no live record of any prefix hashed there), so the join skips the partner
+    scan and the duplicate read for a key with nothing live; a count above 0 may be another
+    key's (the scan then finds nothing). A counter that reaches 255 stays there (never
+    decremented: a key with that many live records, or a crowded slot, is always scanned).
+    Hashes are Python's, so the filter is rebuilt whenever the operator is made (from the
+    time index: `StoredIndexJoin._count_live`), never stored."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"key filter of {size} bytes: give it at least 1")
+        slots = 1 << (size.bit_length() - 1)  # a power of two: a hash's low bits pick the slot
+        self.counts = bytearray(slots)
+        self.mask = slots - 1
+
+    def add(self, prefix: bytes) -> None:
+        slot = hash(prefix) & self.mask
+        if self.counts[slot] < _SATURATED:
+            self.counts[slot] += 1
+
+    def remove(self, prefix: bytes) -> None:
+        slot = hash(prefix) & self.mask
+        count = self.counts[slot]
+        if 0 < count < _SATURATED:
+            self.counts[slot] = count - 1
+
+    def may_hold(self, prefix: bytes) -> bool:
+        return self.counts[hash(prefix) & self.mask] > 0
+
+
 _BIAS = keys.TIME_BIAS
 
 
@@ -92,13 +131,16 @@ class StoredIndexJoin(WindowedJoin):
         window: JoinWindow | None = None,
         join_type: JoinType = JoinType.INNER,
         ids: bool = False,
+        filter_bytes: int = FILTER_BYTES,
     ) -> None:
         """`ids`: records carry their own ids (the join's `id` option), and one with an id
         already held for its side and key is a duplicate whatever its time. Otherwise the
         id is the input offset, and a duplicate is a record read twice (same time too).
+        `filter_bytes`: the memory of the key filter (KeyFilter), rounded down to a power of 2.
 
         Builds the state's indexes from its records if the in-memory join wrote it (one
-        scan of its records); else counts its live records (one scan of the time index)."""
+        scan of its records); else reads the time index once (its live records, counted
+        and put in the key filter)."""
         self.state = state
         self.ids = ids
         self.window = window or JoinWindow()
@@ -118,20 +160,27 @@ class StoredIndexJoin(WindowedJoin):
         self.stream_time: int | None = self._meta("stream_time")
         self.late = self._meta("late") or 0
         self.duplicates = self._meta("duplicates") or 0
+        self.filter = KeyFilter(filter_bytes)
         self._live = self._build_indexes() if state.get(INDEX_MARK) != ROCKSDB else self._count_live()
 
     def _build_indexes(self) -> int:
         """Index the records of a state the in-memory join wrote (none of its keys indexed),
         and mark the state as indexed: the index keys are written with the next batch."""
         count = 0
+        add = self.filter.add
         for record_key, _ in list(self.state.scan(*keys.prefix_bounds(keys.RECORD))):
             self._index(record_key, keys.parse_record_key(record_key).ts)
+            add(record_key[: keys.KEY_AT + _unpack_len(record_key, 2)[0]])
             count += 1
         self.state.put(INDEX_MARK, ROCKSDB)
         return count
 
     def _count_live(self) -> int:
-        return sum(1 for _ in self.state.scan(*index_bounds(EXPIRY)))
+        count, add = 0, self.filter.add
+        for entry, _ in self.state.scan(*index_bounds(EXPIRY)):
+            add(entry[9 : 9 + keys.KEY_AT + _unpack_len(entry, 11)[0]])  # the record's prefix
+            count += 1
+        return count
 
     @property
     def live_records(self) -> int:
@@ -139,8 +188,10 @@ class StoredIndexJoin(WindowedJoin):
         return self._live
 
     def index_memory(self) -> dict[str, int]:
-        """The index's part in memory: the time index's read-ahead (bounded by READ_AHEAD)."""
-        return {"entries": self._live, "bytes": sum(map(len, self._ahead)) + 64 * len(self._ahead)}
+        """The index's part in memory: the key filter and the time index's read-ahead (at
+        most 2 * READ_AHEAD entries), whatever the window holds."""
+        ahead = sum(map(len, self._ahead)) + 64 * len(self._ahead)
+        return {"entries": self._live, "bytes": len(self.filter.counts) + ahead}
 
     # -- processing -------------------------------------------------------
 
@@ -157,10 +208,14 @@ class StoredIndexJoin(WindowedJoin):
         state = self.state
         left = side == "left"
         joined = _pack_len(len(key)) + key
-        own = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined + _pack_time(ts + _BIAS) + record_id
+        prefix = (_RECORD_LEFT if left else _RECORD_RIGHT) + joined
+        own = prefix + _pack_time(ts + _BIAS) + record_id
         identity = ((_ID_LEFT if left else _ID_RIGHT) + joined + record_id) if self.ids else own
+        counts, mask = self.filter.counts, self.filter.mask
+        slot = hash(prefix) & mask
         # Duplicates first: a record read again after a takeover is one, not a late record.
-        if state.get(identity) is not None:
+        # None of its side and key live (the filter says so, exactly): none is the same.
+        if counts[slot] and state.get(identity) is not None:
             self._count("duplicates")
             return []
         now = self.stream_time
@@ -181,7 +236,11 @@ class StoredIndexJoin(WindowedJoin):
         else:
             other = _RECORD_LEFT + joined
             lo, hi = ts - window.after, ts + window.before
-        found = list(state.scan(other + _pack_time(lo + _BIAS), other + _pack_time(hi + 1 + _BIAS)))
+        found = (
+            list(state.scan(other + _pack_time(lo + _BIAS), other + _pack_time(hi + 1 + _BIAS)))
+            if counts[hash(other) & mask]  # else no record of the other side and key is live
+            else ()
+        )
         if found:
             at = len(other)
             other_tracked = ("right" if left else "left") in self._tracked
@@ -209,6 +268,8 @@ class StoredIndexJoin(WindowedJoin):
         entry = EXPIRY + _pack_time(expire_at + _BIAS) + own
         state.put(entry, b"")
         self._live += 1
+        if counts[slot] < _SATURATED:  # KeyFilter.add, inlined
+            counts[slot] += 1
         if expire_at <= self._ahead_until:
             self._add_ahead(entry)
         if expire_at < self._due:
@@ -262,6 +323,7 @@ class StoredIndexJoin(WindowedJoin):
                 state.expire(id_key(record_key))
             state.expire(index_entry)
             self._live -= 1
+            self.filter.remove(record_key[: keys.KEY_AT + _unpack_len(record_key, 2)[0]])
         return results
 
     def _take_due(self) -> list[bytes]:
@@ -313,6 +375,7 @@ class StoredIndexJoin(WindowedJoin):
         ts = keys.parse_record_key(key).ts
         if self.state.get(key) is None:  # a flag update writes a record again: indexed once
             self._live += 1
+            self.filter.add(key[: keys.KEY_AT + _unpack_len(key, 2)[0]])
         self.state.put(key, value)
         self._index(key, ts)
         if self.stream_time is None or ts > self.stream_time:

@@ -377,6 +377,22 @@ def window_index_from_env() -> str:
     return raw
 
 
+FILTER_MB_ENV = "TANDEM_WINDOW_INDEX_FILTER_MB"
+
+
+def filter_bytes_from_env() -> int:
+    """TANDEM_WINDOW_INDEX_FILTER_MB: the key filter of the index in RocksDB, per partition
+    (tables/operators/stored_window.py, KeyFilter), 4 by default; unused with the index in memory."""
+    raw = os.environ.get(FILTER_MB_ENV, "").strip()
+    try:
+        megabytes = float(raw) if raw else 4.0
+    except ValueError:
+        raise ValueError(f"{FILTER_MB_ENV}={raw!r} is not a number") from None
+    if megabytes <= 0:
+        raise ValueError(f"{FILTER_MB_ENV} must be positive, not {raw}")
+    return max(1, int(megabytes * (1 << 20)))
+
+
 @dataclass(frozen=True)
 class WindowedKind:
     """A windowed stream-stream join (`tables.join`), as the runtime makes and shows it."""
@@ -386,6 +402,7 @@ class WindowedKind:
     name: str = "windowed"
     table_side: None = None  # two streams
     index: str = field(default_factory=window_index_from_env)  # "memory" or "rocksdb"
+    filter_bytes: int = field(default_factory=filter_bytes_from_env)  # per partition, with "rocksdb"
 
     def __post_init__(self) -> None:
         if self.index not in WINDOW_INDEXES:
@@ -408,7 +425,7 @@ class WindowedKind:
         if self.index == "rocksdb":
             from tables.operators.stored_window import StoredIndexJoin  # it builds on this module
 
-            return StoredIndexJoin(state, self.window, self.join_type, ids)
+            return StoredIndexJoin(state, self.window, self.join_type, ids, self.filter_bytes)
         return WindowedJoin(state, self.window, self.join_type, ids)
 
     def emits_unmatched(self) -> bool:
