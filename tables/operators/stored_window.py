@@ -372,12 +372,27 @@ class StoredIndexJoin(WindowedJoin):
         if value is None or not key.startswith(keys.RECORD):
             super().restore(key, value)  # counters (a tombstone: nothing), as WindowedJoin does
             return
-        ts = keys.parse_record_key(key).ts
-        if self.state.get(key) is None:  # a flag update writes a record again: indexed once
+        # Flat, as `process` (a restore or a standby applies every record of the changelog).
+        state = self.state
+        end = keys.KEY_AT + _unpack_len(key, 2)[0]
+        ts = _unpack_time(key, end)[0] - _BIAS
+        counts, slot = self.filter.counts, hash(key[:end]) & self.filter.mask
+        # New unless a flag update writes it again (then indexed already); none of its side and
+        # key live (the filter's exact zero): new without a read.
+        if not counts[slot] or state.get(key) is None:
             self._live += 1
-            self.filter.add(key[: keys.KEY_AT + _unpack_len(key, 2)[0]])
-        self.state.put(key, value)
-        self._index(key, ts)
+            if counts[slot] < _SATURATED:  # KeyFilter.add
+                counts[slot] += 1
+            expire_at = ts + self._retention
+            entry = EXPIRY + _pack_time(expire_at + _BIAS) + key
+            state.put(entry, b"")
+            if self.ids:
+                state.put(ID + key[1:end] + key[end + 8 :], b"")  # id_key
+            if expire_at <= self._ahead_until:
+                self._add_ahead(entry)
+            if expire_at < self._due:
+                self._due = expire_at
+        state.put(key, value)
         if self.stream_time is None or ts > self.stream_time:
             self.stream_time = ts
             self.state.put(_STREAM_TIME_KEY, keys.encode_int(ts))
