@@ -191,3 +191,20 @@ def test_the_stored_index_holds_no_record_in_memory() -> None:
             assert partition.operator.live_records == sizes[-1]["entries"]
         finally:
             partition.store.close()
+
+
+def test_a_store_keeps_its_index_and_filter_in_partitions() -> None:
+    """One filter block per file outgrew its shard of the block cache past a few hundred
+    thousand keys, and every point read of the index in RocksDB parsed it again (2 -> 270 us):
+    the store's files hold their index and filter in cacheable partitions instead."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(Path(tmp) / "s")
+        try:
+            store.write({b"r%08d" % n: b"v" * 50 for n in range(50_000)}, 1)
+            store._db.flush()
+            raw = store._db.property_value("rocksdb.aggregated-table-properties")
+            properties = dict(item.split("=", 1) for item in raw.split("; ") if "=" in item)
+            assert int(properties["# index partitions"]) > 1, properties
+            assert int(properties["# entries for filter"]) >= 50_000  # the store's own keys too
+        finally:
+            store.close()
