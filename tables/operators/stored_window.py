@@ -28,12 +28,12 @@ stored records are the in-memory join's (tests/test_tables_index.py, test_tables
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from tables.operators import keys
 from tables.operators.base import Event
 from tables.operators.keys import BYTE_SIDE, Side
-from tables.operators.kv import KV
+from tables.operators.kv import KV, write_derived
 from tables.operators.windowed import (
     MATCHED_FLAG,
     UNMATCHED_FLAG,
@@ -165,14 +165,25 @@ class StoredIndexJoin(WindowedJoin):
 
     def _build_indexes(self) -> int:
         """Index the records of a state the in-memory join wrote (none of its keys indexed),
-        and mark the state as indexed: the index keys are written with the next batch."""
+        and mark the state as indexed, last (kv.write_derived: a chunk at a time; a crash
+        midway leaves no mark, and the next start indexes it again). The count of records."""
         count = 0
-        add = self.filter.add
-        for record_key, _ in list(self.state.scan(*keys.prefix_bounds(keys.RECORD))):
-            self._index(record_key, keys.parse_record_key(record_key).ts)
-            add(record_key[: keys.KEY_AT + _unpack_len(record_key, 2)[0]])
-            count += 1
-        self.state.put(INDEX_MARK, ROCKSDB)
+        add, retention, ids = self.filter.add, self._retention, self.ids
+
+        def index_keys() -> Iterator[tuple[bytes, bytes]]:
+            nonlocal count
+            for record_key, _ in self.state.scan(*keys.prefix_bounds(keys.RECORD)):
+                end = keys.KEY_AT + _unpack_len(record_key, 2)[0]
+                ts = _unpack_time(record_key, end)[0] - _BIAS
+                yield EXPIRY + _pack_time(ts + retention + _BIAS) + record_key, b""
+                if ids:
+                    yield ID + record_key[1:end] + record_key[end + 8 :], b""  # id_key
+                add(record_key[:end])
+                count += 1
+            yield INDEX_MARK, ROCKSDB
+
+        # The time index's first scan starts at its beginning (`_due` stays unknown).
+        write_derived(self.state, index_keys())
         return count
 
     def _count_live(self) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import os
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from heapq import heappush
 from typing import Any
@@ -33,7 +33,7 @@ from tables.compiled import CompiledPart
 from tables.operators import keys
 from tables.operators.base import Event, Match, Side
 from tables.operators.keys import BYTE_SIDE
-from tables.operators.kv import KV
+from tables.operators.kv import KV, write_derived
 from tables.operators.window_index import WindowIndex, split_record_key
 
 UNMATCHED_FLAG = b"\x00"
@@ -336,11 +336,16 @@ class WindowedJoin:
 
 def _drop_stored_index(state: KV) -> None:
     """Delete the index keys the join with its index in the state wrote (stored_window.py),
-    and their mark: this join keeps its index in memory and would not keep them current."""
-    for prefix in (keys.EXPIRY_INDEX, keys.ID_INDEX):
-        for key, _ in list(state.scan(*keys.prefix_bounds(prefix))):
-            state.delete(key)
-    state.delete(keys.INDEX_MARK)
+    and their mark, last (a crash midway leaves the mark: dropped again at the next start):
+    this join keeps its index in memory and would not keep them current."""
+
+    def deletes() -> Iterator[tuple[bytes, None]]:
+        for prefix in (keys.EXPIRY_INDEX, keys.ID_INDEX):
+            for key, _ in state.scan(*keys.prefix_bounds(prefix)):
+                yield key, None
+        yield keys.INDEX_MARK, None
+
+    write_derived(state, deletes())
 
 
 def _unmatched(record_key: bytes, value: bytes) -> Match:
