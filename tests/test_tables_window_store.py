@@ -19,7 +19,7 @@ from tables.operators.kv import MemoryKV
 from tables.operators.stored_window import READ_AHEAD, KeyFilter, StoredIndexJoin
 from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
 from tables.state.partition import StatePartition
-from tables.state.store import open_store
+from tables.state.store import open_store, rocksdb_budgets
 from tests.test_tables_index import Run, records, runs
 
 # Every test here with each loop of the in-memory operator (tests/conftest.py).
@@ -209,3 +209,14 @@ def test_a_store_keeps_its_index_and_filter_in_partitions() -> None:
             assert int(properties["# entries for filter"]) >= 50_000  # the store's own keys too
         finally:
             store.close()
+
+
+def test_the_rocksdb_budgets_from_the_environment() -> None:
+    """What bounds a worker's memory with the index in RocksDB is configurable (docs/operations.md)."""
+    assert rocksdb_budgets({}) == (64 << 20, 128 << 20)
+    env = {"TANDEM_ROCKSDB_BLOCK_CACHE_MB": "32", "TANDEM_ROCKSDB_MEMTABLES_MB": " 48 "}
+    assert rocksdb_budgets(env) == (32 << 20, 48 << 20)
+    with pytest.raises(ValueError, match="TANDEM_ROCKSDB_MEMTABLES_MB='lots' is not a number"):
+        rocksdb_budgets({"TANDEM_ROCKSDB_MEMTABLES_MB": "lots"})
+    with pytest.raises(ValueError, match="TANDEM_ROCKSDB_BLOCK_CACHE_MB must be at least 1"):
+        rocksdb_budgets({"TANDEM_ROCKSDB_BLOCK_CACHE_MB": "0"})

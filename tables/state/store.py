@@ -197,7 +197,7 @@ _shared: dict[str, Any] = {}
 
 def shared_memory() -> dict[str, int]:
     """Bytes in the RocksDB memory every join store of this process shares: the block cache
-    (at most BLOCK_CACHE_BYTES) and the memtables (at most MEMTABLE_BUDGET_BYTES)."""
+    and the memtables, each within its budget (`rocksdb_budgets`)."""
     if not _shared:
         return {"block_cache": 0, "memtables": 0}
     return {
@@ -206,10 +206,35 @@ def shared_memory() -> dict[str, int]:
     }
 
 
+BUDGET_ENV = {"block_cache": "TANDEM_ROCKSDB_BLOCK_CACHE_MB", "memtables": "TANDEM_ROCKSDB_MEMTABLES_MB"}
+
+
+def rocksdb_budgets(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(block cache, memtables) in bytes, shared by every join store of the process:
+    BLOCK_CACHE_BYTES and MEMTABLE_BUDGET_BYTES, or TANDEM_ROCKSDB_BLOCK_CACHE_MB and
+    TANDEM_ROCKSDB_MEMTABLES_MB (read when the first store opens; docs/operations.md)."""
+    env = os.environ if env is None else env
+    budgets = []
+    for name, default in (("block_cache", BLOCK_CACHE_BYTES), ("memtables", MEMTABLE_BUDGET_BYTES)):
+        raw = env.get(BUDGET_ENV[name], "").strip()
+        if not raw:
+            budgets.append(default)
+            continue
+        try:
+            megabytes = float(raw)
+        except ValueError:
+            raise ValueError(f"{BUDGET_ENV[name]}={raw!r} is not a number") from None
+        if megabytes < 1:
+            raise ValueError(f"{BUDGET_ENV[name]} must be at least 1 (MB), not {raw}")
+        budgets.append(int(megabytes * (1 << 20)))
+    return budgets[0], budgets[1]
+
+
 def _options() -> Options:
     if not _shared:
-        _shared["cache"] = Cache(BLOCK_CACHE_BYTES)
-        _shared["memtables"] = WriteBufferManager(MEMTABLE_BUDGET_BYTES, False)
+        cache_bytes, memtable_bytes = rocksdb_budgets()
+        _shared["cache"] = Cache(cache_bytes)
+        _shared["memtables"] = WriteBufferManager(memtable_bytes, False)
     table = BlockBasedOptions()
     table.set_block_cache(_shared["cache"])
     table.set_cache_index_and_filter_blocks(True)
