@@ -22,7 +22,7 @@ def rows(text: str) -> dict[str, list[tuple[int, float]]]:
     """index -> [(live records, peak RSS MB)] from the table's rows (`| memory ... | 1,000,000 | 748 |`)."""
     found: dict[str, list[tuple[int, float]]] = {}
     for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]  # **bold** too
         if (
             len(cells) < 3
             or not cells[1].replace(",", "").isdigit()
