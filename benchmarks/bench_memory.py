@@ -3,12 +3,15 @@
 within the join's window, so that every one of them is held (none has expired, none matched).
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_memory --live 1000000,10000000
+    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_memory --live 1000000 --window-index rocksdb
 
 For each N: the impressions on the embedded broker (4 partitions, N over five minutes of
 event time, keyed by auction id), one worker from an empty state until it has read
 them all; its peak RSS (VmHWM) and its RSS then, and the join's view (records read, late,
-duplicates). The index of live records (tables/operators/window_index.py) is the part that
-grows with N; RocksDB's memory is bounded by its shared cache and memtable budget.
+duplicates, the window index's entries and memory). The in-memory index of live records
+(tables/operators/window_index.py) is the part that grows with N; with `--window-index rocksdb`
+(TANDEM_WINDOW_INDEX) it is kept in the state, and RocksDB's memory is bounded by its shared
+cache and memtable budget.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ async def load(bootstrap: str, topic: str, count: int) -> None:
         await producer.stop()
 
 
-async def measure(live: int, timeout: float) -> dict[str, Any]:
+async def measure(live: int, timeout: float, window_index: str = "memory") -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp,
         EmbeddedBroker(log_dir=Path(tmp) / "broker") as broker,
@@ -80,6 +83,7 @@ async def measure(live: int, timeout: float) -> dict[str, Any]:
         worker = WorkerProcess(
             "tandem", "host-1", "rack-1", broker.bootstrap, settings.app_id, Path(tmp),
             standby_replicas=0, partitions=PARTITIONS, topic_prefix=settings.topic_prefix,
+            extra_env={"TANDEM_WINDOW_INDEX": window_index},
         ).start()  # fmt: skip
         started = time.monotonic()
         try:
@@ -95,6 +99,7 @@ async def measure(live: int, timeout: float) -> dict[str, Any]:
                         "duplicates": join["duplicates"], "peak_rss_kb": peak_rss_kb(pid),
                         "rss_kb": rss_kb(pid), "cpu_s": cpu_seconds(pid),
                         "seconds": time.monotonic() - started, "load": os.getloadavg()[0],
+                        "index": join.get("window_index") or {},
                     }  # fmt: skip
                 await asyncio.sleep(0.5)
             raise RuntimeError(f"not done in {timeout} s (log {worker.log_path})")
@@ -106,15 +111,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--live", default="1000000", help="comma-separated counts of live records")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument(
+        "--window-index", default="memory", choices=("memory", "rocksdb"), help="TANDEM_WINDOW_INDEX"
+    )
     args = parser.parse_args()
-    print("| records live in the window | peak RSS MB | RSS at the end MB | peak RSS per record | load |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| window index | records live in the window | peak RSS MB | RSS at the end MB | peak RSS per record "
+        "| index entries | index in memory MB | seconds | CPU s | load |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for live in (int(n) for n in args.live.split(",")):
-        run = asyncio.run(measure(live, args.timeout))
+        run = asyncio.run(measure(live, args.timeout, args.window_index))
         assert run["late"] == 0 and run["duplicates"] == 0, run
+        index, peak_mb, end_mb = run["index"], run["peak_rss_kb"] / 1024, run["rss_kb"] / 1024
         print(
-            f"| {live:,} | {run['peak_rss_kb'] / 1024:,.0f} | {run['rss_kb'] / 1024:,.0f} | "
-            f"{run['peak_rss_kb'] * 1024 / live:,.0f} B | {run['load']:.2f} |",
+            f"| {args.window_index} | {live:,} | {peak_mb:,.0f} | {end_mb:,.0f} | "
+            f"{run['peak_rss_kb'] * 1024 / live:,.0f} B | {index.get('entries', 0):,} | "
+            f"{index.get('bytes', 0) / 1e6:,.1f} | {run['seconds']:,.0f} | {run['cpu_s']:,.0f} | "
+            f"{run['load']:.2f} |",
             flush=True,
         )
 

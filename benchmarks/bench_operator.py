@@ -11,8 +11,8 @@ busy machine slows them alike:
 - `compiled`: the join as it runs when its extension is built (tables/operators/_fastjoin.pyx: the
   per-record loop in Cython, over the same index in memory);
 - `pure Python`: the same join's Python loop (`TANDEM_PURE_PYTHON=1`, or no extension);
-- `index in RocksDB`: the join as it was (tests/stored_index_join.py: a time index and an
-  id index stored with the records, partners read by a range scan of the state).
+- `index in RocksDB`: `TANDEM_WINDOW_INDEX=rocksdb` (tables/operators/stored_window.py: a time
+  index and an id index stored with the records, partners read by a range scan of the state).
 
 Reports the median CPU time (process_time: RocksDB's threads included) per record: in all
 (operator and commit) and in the operator alone (`process_many`, or `process` per record
@@ -34,37 +34,26 @@ import statistics
 import tempfile
 import time
 import tracemalloc
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 from app.traffic import ad_events
-from tables.operators import keys
 from tables.operators import windowed as operator_module
-from tables.operators.kv import Overlay
 from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
 from tables.state.partition import StatePartition
 from tables.state.store import open_store
-from tests.stored_index_join import StoredIndexJoin
 
 BATCH = 2000
 WINDOW = JoinWindow(before=0, after=600_000, grace=60_000)
 Event = tuple[str, bytes, int, bytes, bytes]
 
 
-@dataclass
-class StoredIndexPartition(StatePartition):
-    def reset(self) -> None:
-        self.overlay = Overlay(self.store, unscanned=(b"i", keys.META))
-        self.join = StoredIndexJoin(self.overlay, self.window, self.join_type, self.ids)  # type: ignore[assignment]
-
-
-# name: (partition type, compiled loop on); the first is left out when it is not built.
-PATHS: dict[str, tuple[type[StatePartition], bool]] = {
-    "compiled": (StatePartition, True),
-    "pure Python": (StatePartition, False),
-    "index in RocksDB": (StoredIndexPartition, False),
+# name: (where the join keeps its index, compiled loop on); the first is left out when it is not built.
+PATHS: dict[str, tuple[str, bool]] = {
+    "compiled": ("memory", True),
+    "pure Python": ("memory", False),
+    "index in RocksDB": ("rocksdb", False),
 }
 
 
@@ -75,12 +64,13 @@ def events(impressions: int) -> list[Event]:
     ]
 
 
-def run(kind: type[StatePartition], records: list[Event], profile: bool = False) -> tuple[float, float, int]:
+def run(index: str, records: list[Event], profile: bool = False) -> tuple[float, float, int]:
     """(CPU seconds in all, CPU seconds in the operator, results) of the records through a
-    new partition store."""
+    new partition store, the join's index kept in `index` (TANDEM_WINDOW_INDEX)."""
     clock = time.process_time
     with tempfile.TemporaryDirectory() as tmp:
-        part = kind(open_store(Path(tmp) / "p0"), WINDOW, JoinType.INNER, "active", True)
+        kind = WindowedKind(WINDOW, JoinType.INNER, index=index)
+        part = StatePartition(open_store(Path(tmp) / "p0"), kind, "active", True)
         profiler = cProfile.Profile() if profile else None
         results = 0
         operator = 0.0
@@ -88,13 +78,9 @@ def run(kind: type[StatePartition], records: list[Event], profile: bool = False)
         if profiler:
             profiler.enable()
         for at in range(0, len(records), BATCH):
-            join = part.join
+            join = part.operator
             began = clock()
-            if isinstance(join, StoredIndexJoin):  # one call per record, as the runtime did then
-                for record in records[at : at + BATCH]:
-                    results += len(join.process(*record))
-            else:  # a batch per call, as the runtime does
-                results += len(join.process_many(records[at : at + BATCH]))
+            results += len(join.process_many(records[at : at + BATCH]))  # a batch a call, as in a worker
             operator += clock() - began
             join.take_changes()
             part.write(at)
@@ -118,9 +104,8 @@ def index_cost(records: list[Event]) -> None:
                 open_store(Path(tmp) / "p0"), WindowedKind(everything, JoinType.INNER), "active", ids
             )
             for at in range(0, len(records), BATCH):
-                for record in records[at : at + BATCH]:
-                    part.join.process(*record)
-                part.join.take_changes()
+                part.operator.process_many(records[at : at + BATCH])
+                part.operator.take_changes()
                 part.write(at)
             start = time.process_time()
             WindowedJoin(part.overlay, everything, JoinType.INNER, ids)
@@ -148,7 +133,7 @@ def main() -> None:
         gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     records = events(args.impressions)
     if args.profile:
-        run(StatePartition, records, profile=True)
+        run("memory", records, profile=True)
         return
     paths = dict(PATHS)
     if not operator_module.LOOP.active:
@@ -160,9 +145,9 @@ def main() -> None:
     was = operator_module.LOOP.active
     try:
         for _ in range(args.rounds):
-            for name, (kind, compiled) in paths.items():
+            for name, (index, compiled) in paths.items():
                 operator_module.LOOP.use(compiled)
-                seconds, operator, results[name] = run(kind, records)
+                seconds, operator, results[name] = run(index, records)
                 spent[name].append(seconds / len(records) * 1e6)
                 in_operator[name].append(operator / len(records) * 1e6)
     finally:

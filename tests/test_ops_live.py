@@ -101,6 +101,11 @@ def test_metrics_cover_the_view_and_the_dashboard(group: Cluster) -> None:
     assert 0 <= stall <= worst, (stall, worst)
     assert value("tandem_asyncio_tasks") > 0
     assert value("tandem_live_records", join="ad-join") >= 0
+    # The window index (issue 37): its entries are the live records; its bytes in memory an estimate.
+    index = view["window_index"]
+    assert value("tandem_window_index_entries", join="ad-join") == index["entries"] == view["live_records"]
+    assert value("tandem_window_index_bytes", join="ad-join") == index["bytes"]
+    assert index["entries"] > 0 and index["bytes"] >= 100 * index["entries"], index
     # Every metric the dashboard queries is exported by this live worker.
     board = dashboard()
     queried = set().union(*(metric_names(q) for q in panel_queries(board)))

@@ -93,6 +93,11 @@ class Operator(Protocol):
         metrics; None for a kind that holds none in memory."""
         ...
 
+    def index_memory(self) -> dict[str, int] | None:
+        """The operator's index of its live records: {"entries": n, "bytes": in memory}, for the
+        view and metrics; None for a kind without one."""
+        ...
+
 
 class JoinKind(Protocol):
     """What a declared join computes: its operator, and what the runtime and the topics

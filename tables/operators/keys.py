@@ -10,10 +10,12 @@ bytes too (the input offset, or the join's `id` function's value).
 | `r` side len(key) key ts id | flag byte + the record's serialized value | yes |
 | `m:` name | big-endian int | counters; stream time only the temporal join's (`take_changes`) |
 
-Which records are live, by join key and by due time, is not stored: the operator
-indexes the `r` keys in memory (tables/operators/window_index.py). State format 1 also stored that
-index (`x` expire_at record-key, and `i` side len(key) key id with ids): the store
-drops those keys when it opens a format-1 store (tables/state/store.py).
+Which records are live, by join key and by due time, is not stored by default: the
+operator indexes the `r` keys in memory (tables/operators/window_index.py). With
+TANDEM_WINDOW_INDEX=rocksdb it is (tables/operators/stored_window.py): `x` expire_at
+record-key, and `i` side len(key) key id with ids, derived from the records (not in the
+changelog), and `w:window_index` marks a state that holds them. State format 1 stored them
+too: the store drops those keys when it opens a format-1 store (tables/state/store.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from tables.operators.base import Side
 
 RECORD = b"r"
 META = b"m:"
+# The index of live records kept in the state (TANDEM_WINDOW_INDEX=rocksdb,
+# tables/operators/stored_window.py): due times, ids, and the mark of a state that keeps them.
+EXPIRY_INDEX = b"x"
+ID_INDEX = b"i"
+INDEX_MARK = b"w:window_index"  # not a counter (`m:`): derived, never in the changelog
 
 SIDE_BYTE: dict[Side, bytes] = {"left": b"L", "right": b"R"}
 BYTE_SIDE: dict[int, Side] = {ord("L"): "left", ord("R"): "right"}

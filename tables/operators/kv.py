@@ -9,7 +9,7 @@ be written in one atomic write batch.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 
@@ -200,3 +200,32 @@ class Overlay:
             else:
                 yield their
                 their = next(theirs, None)
+
+
+DERIVED_CHUNK = 50_000  # keys per direct write of `write_derived`
+
+
+def write_derived(state: KV, changes: Iterable[tuple[bytes, bytes | None]]) -> None:
+    """Write keys an operator derives from its state (never in the changelog, the same however
+    often written; None deletes), in order. Under a batch overlay with nothing pending, over a
+    store that writes batches (PartitionStore), they go straight to the store DERIVED_CHUNK at
+    a time, so that indexing (or dropping the index of) a large state holds one chunk in memory,
+    not all of it until the next batch; a crash midway leaves a prefix of them written, so put
+    what says they are complete last. Elsewhere (MemoryKV, a batch in progress) through `state`."""
+    base = getattr(state, "base", None)
+    write = getattr(base, "write", None)
+    if not isinstance(state, Overlay) or state.pending or write is None:
+        for key, value in list(changes):
+            if value is None:
+                state.delete(key)
+            else:
+                state.put(key, value)
+        return
+    chunk: dict[bytes, bytes | None] = {}
+    for key, value in changes:
+        chunk[key] = value
+        if len(chunk) >= DERIVED_CHUNK:
+            write(chunk, None)  # no checkpoint: derived keys are no changelog offset
+            chunk = {}
+    if chunk:
+        write(chunk, None)

@@ -347,6 +347,10 @@ class TemporalJoin(StateMeta):
         """None: the temporal join holds no records in memory (its state is all in RocksDB)."""
         return None
 
+    def index_memory(self) -> None:
+        """None: the temporal join keeps no index of records (its lookups are RocksDB scans)."""
+        return None
+
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
         """The changelog records since the last call (None: a delete): state keys first,
         then the counters and the stream time, each with its last value."""

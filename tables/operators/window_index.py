@@ -15,6 +15,7 @@ the join's `id` option, a set entry more): docs/tables.md, "Memory".
 from __future__ import annotations
 
 import heapq
+import sys
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
@@ -25,6 +26,16 @@ _unpack_len = keys.LEN.unpack_from
 _unpack_time = keys.TIME.unpack_from
 _BIAS = keys.TIME_BIAS
 _KEY_AT = keys.KEY_AT
+
+
+_TUPLE2 = sys.getsizeof((0, b""))
+_INT = 32  # a due time (a few 30-bit digits), in its allocation
+_LIST = sys.getsizeof([])
+
+
+def _granules(size: int) -> int:
+    """Bytes CPython's small-object allocator takes for an object of `size` bytes."""
+    return (size + 7) // 8 * 8
 
 
 def split_record_key(record_key: bytes) -> tuple[bytes, int]:
@@ -57,6 +68,26 @@ class WindowIndex:
 
     def __len__(self) -> int:
         return len(self.due) + len(self.late_due)
+
+    def memory_bytes(self) -> int:
+        """An estimate of the memory the index holds, in O(1): its objects' sizes as CPython
+        allocates them (8-byte granules), with the key lengths of one record held taken for
+        all. Within 15 % of tracemalloc's count for uniform keys (tests/test_tables_index.py)."""
+        entries = len(self)
+        if not entries:
+            return 0
+        sample = self.due[-1][1] if self.due else self.late_due[0][1]
+        prefix_len = _KEY_AT + _unpack_len(sample, 2)[0]
+        # Per record: its key, its due entry (a 2-tuple and an int), a deque and a list slot.
+        per_record = _granules(sys.getsizeof(sample)) + _TUPLE2 + _INT + 8 + 8
+        # Per join key and side: its prefix, its list, the dict's table (exact).
+        per_prefix = _granules(sys.getsizeof(sample[:prefix_len])) + _LIST + 8
+        total = entries * per_record + len(self.by_prefix) * per_prefix + sys.getsizeof(self.by_prefix)
+        total += sys.getsizeof(self.due) + sys.getsizeof(self.late_due)
+        if self.ids is not None:
+            id_len = len(sample) - 8  # prefix + id
+            total += sys.getsizeof(self.ids) + len(self.ids) * _granules(sys.getsizeof(b"") + id_len)
+        return total
 
     def load(self, records: Iterable[bytes]) -> None:
         """Index every record key of a state, read in key order."""

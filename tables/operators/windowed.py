@@ -22,9 +22,10 @@ used where it is built: `LOOP.active` says whether it runs.
 from __future__ import annotations
 
 import enum
+import os
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from heapq import heappush
 from typing import Any
 
@@ -32,7 +33,7 @@ from tables.compiled import CompiledPart
 from tables.operators import keys
 from tables.operators.base import Event, Match, Side
 from tables.operators.keys import BYTE_SIDE
-from tables.operators.kv import KV
+from tables.operators.kv import KV, write_derived
 from tables.operators.meta import StateMeta
 from tables.operators.window_index import WindowIndex, split_record_key
 
@@ -128,6 +129,8 @@ class WindowedJoin(StateMeta):
         self.stream_time: int | None = self._meta("stream_time")
         self.late = self._meta("late") or 0
         self.duplicates = self._meta("duplicates") or 0
+        if state.get(keys.INDEX_MARK) is not None:
+            _drop_stored_index(state)  # TANDEM_WINDOW_INDEX=rocksdb wrote it: it would go stale
         self.index = WindowIndex(self._retention, ids)
         self.index.load(key for key, _ in state.scan(*_RECORDS))
 
@@ -280,6 +283,10 @@ class WindowedJoin(StateMeta):
         """Records held in the window index (in memory): what the state holds now."""
         return len(self.index)
 
+    def index_memory(self) -> dict[str, int] | None:
+        """The window index's entries and its memory in bytes (an estimate: WindowIndex.memory_bytes)."""
+        return {"entries": len(self.index), "bytes": self.index.memory_bytes()}
+
     # -- changelog ---------------------------------------------------------
 
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
@@ -319,6 +326,20 @@ class WindowedJoin(StateMeta):
         self._expire(emit=False)
 
 
+def _drop_stored_index(state: KV) -> None:
+    """Delete the index keys the join with its index in the state wrote (stored_window.py),
+    and their mark, last (a crash midway leaves the mark: dropped again at the next start):
+    this join keeps its index in memory and would not keep them current."""
+
+    def deletes() -> Iterator[tuple[bytes, None]]:
+        for prefix in (keys.EXPIRY_INDEX, keys.ID_INDEX):
+            for key, _ in state.scan(*keys.prefix_bounds(prefix)):
+                yield key, None
+        yield keys.INDEX_MARK, None
+
+    write_derived(state, deletes())
+
+
 def _unmatched(record_key: bytes, value: bytes) -> Match:
     stored = keys.parse_record_key(record_key)
     if stored.side == "left":
@@ -339,6 +360,36 @@ LOOP: CompiledPart[Callable[[WindowedJoin, Iterable[Event]], list[Match]]] = Com
 # -- the declaration's side ------------------------------------------------------------
 
 
+WINDOW_INDEXES = ("memory", "rocksdb")
+WINDOW_INDEX_ENV = "TANDEM_WINDOW_INDEX"
+
+
+def window_index_from_env() -> str:
+    """Where the windowed join keeps its index of live records: TANDEM_WINDOW_INDEX, `memory`
+    (the default: fastest, a few hundred bytes per live record) or `rocksdb` (in the state:
+    memory bounded by RocksDB's caches, more CPU per record). docs/operations.md."""
+    raw = os.environ.get(WINDOW_INDEX_ENV, "").strip().lower() or "memory"
+    if raw not in WINDOW_INDEXES:
+        raise ValueError(f"{WINDOW_INDEX_ENV}={raw!r}: use one of {', '.join(WINDOW_INDEXES)}")
+    return raw
+
+
+FILTER_MB_ENV = "TANDEM_WINDOW_INDEX_FILTER_MB"
+
+
+def filter_bytes_from_env() -> int:
+    """TANDEM_WINDOW_INDEX_FILTER_MB: the key filter of the index in RocksDB, per partition
+    (tables/operators/stored_window.py, KeyFilter), 4 by default; unused with the index in memory."""
+    raw = os.environ.get(FILTER_MB_ENV, "").strip()
+    try:
+        megabytes = float(raw) if raw else 4.0
+    except ValueError:
+        raise ValueError(f"{FILTER_MB_ENV}={raw!r} is not a number") from None
+    if megabytes <= 0:
+        raise ValueError(f"{FILTER_MB_ENV} must be positive, not {raw}")
+    return max(1, int(megabytes * (1 << 20)))
+
+
 @dataclass(frozen=True)
 class WindowedKind:
     """A windowed stream-stream join (`tables.join`), as the runtime makes and shows it."""
@@ -347,15 +398,31 @@ class WindowedKind:
     join_type: JoinType
     name: str = "windowed"
     table_side: None = None  # two streams
-    # The join reads its records by key (the one scan, indexing them, runs before anything is
-    # pending), so the batch overlay need not index any key (tables/operators/kv.py).
-    unscanned: tuple[bytes, ...] = (keys.RECORD, keys.META)
+    index: str = field(default_factory=window_index_from_env)  # "memory" or "rocksdb"
+    filter_bytes: int = field(default_factory=filter_bytes_from_env)  # per partition, with "rocksdb"
+
+    def __post_init__(self) -> None:
+        if self.index not in WINDOW_INDEXES:
+            raise ValueError(f"window index {self.index!r}: use one of {', '.join(WINDOW_INDEXES)}")
+
+    @property
+    def unscanned(self) -> tuple[bytes, ...]:
+        """With the index in memory the join reads its records by key (the one scan, indexing
+        them, runs before anything is pending), so the batch overlay need not index any key
+        (tables/operators/kv.py). With it in the state, records and due times are range-scanned."""
+        if self.index == "rocksdb":
+            return (keys.ID_INDEX, keys.META)
+        return (keys.RECORD, keys.META)
 
     @property
     def how(self) -> str:
         return self.join_type.value
 
     def operator(self, state: KV, ids: bool) -> WindowedJoin:
+        if self.index == "rocksdb":
+            from tables.operators.stored_window import StoredIndexJoin  # it builds on this module
+
+            return StoredIndexJoin(state, self.window, self.join_type, ids, self.filter_bytes)
         return WindowedJoin(state, self.window, self.join_type, ids)
 
     def emits_unmatched(self) -> bool:
@@ -372,4 +439,5 @@ class WindowedKind:
             "kind": self.name,
             "how": self.how,
             "window_ms": {"before": w.before, "after": w.after, "grace": w.grace},
+            "window_index": self.index,
         }

@@ -113,3 +113,4 @@ class InputSnapshot:
     paused: list[str]  # "topic:partition"
     deferred: int
     live_records: int | None
+    window_index: dict[str, int] | None  # the windowed join's index: entries, bytes in memory

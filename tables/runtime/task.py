@@ -534,7 +534,25 @@ class JoinTask:
             paused=sorted(f"{tp.topic}:{tp.partition}" for tp in intake.ahead),
             deferred=sum(map(len, intake.deferred.values())),
             live_records=self.live_records(),
+            window_index=self.index_memory(),
         )
+
+    def index_memory(self) -> dict[str, int] | None:
+        """The window index of the ready active partitions, summed: its entries and the bytes it
+        holds in memory (the `rocksdb` index: its read-ahead only); None for a join kind
+        without one."""
+        state = self.state
+        if state is None:
+            return {"entries": 0, "bytes": 0}
+        total = {"entries": 0, "bytes": 0}
+        for p in state.actives():
+            if p in state.ready:
+                measure = state.active(p).operator.index_memory()
+                if measure is None:
+                    return None
+                for name, value in measure.items():
+                    total[name] += value
+        return total
 
     def input_lag(self, partition: int) -> int | None:
         return self.intake.input_lag(partition)

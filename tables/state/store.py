@@ -38,6 +38,7 @@ from typing import Any
 
 from rocksdict import (
     AccessType,
+    BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
     Options,
@@ -196,7 +197,7 @@ _shared: dict[str, Any] = {}
 
 def shared_memory() -> dict[str, int]:
     """Bytes in the RocksDB memory every join store of this process shares: the block cache
-    (at most BLOCK_CACHE_BYTES) and the memtables (at most MEMTABLE_BUDGET_BYTES)."""
+    and the memtables, each within its budget (`rocksdb_budgets`)."""
     if not _shared:
         return {"block_cache": 0, "memtables": 0}
     return {
@@ -205,15 +206,49 @@ def shared_memory() -> dict[str, int]:
     }
 
 
+BUDGET_ENV = {"block_cache": "TANDEM_ROCKSDB_BLOCK_CACHE_MB", "memtables": "TANDEM_ROCKSDB_MEMTABLES_MB"}
+
+
+def rocksdb_budgets(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(block cache, memtables) in bytes, shared by every join store of the process:
+    BLOCK_CACHE_BYTES and MEMTABLE_BUDGET_BYTES, or TANDEM_ROCKSDB_BLOCK_CACHE_MB and
+    TANDEM_ROCKSDB_MEMTABLES_MB (read when the first store opens; docs/operations.md)."""
+    env = os.environ if env is None else env
+    budgets = []
+    for name, default in (("block_cache", BLOCK_CACHE_BYTES), ("memtables", MEMTABLE_BUDGET_BYTES)):
+        raw = env.get(BUDGET_ENV[name], "").strip()
+        if not raw:
+            budgets.append(default)
+            continue
+        try:
+            megabytes = float(raw)
+        except ValueError:
+            raise ValueError(f"{BUDGET_ENV[name]}={raw!r} is not a number") from None
+        if megabytes < 1:
+            raise ValueError(f"{BUDGET_ENV[name]} must be at least 1 (MB), not {raw}")
+        budgets.append(int(megabytes * (1 << 20)))
+    return budgets[0], budgets[1]
+
+
 def _options() -> Options:
     if not _shared:
-        _shared["cache"] = Cache(BLOCK_CACHE_BYTES)
-        _shared["memtables"] = WriteBufferManager(MEMTABLE_BUDGET_BYTES, False)
+        cache_bytes, memtable_bytes = rocksdb_budgets()
+        _shared["cache"] = Cache(cache_bytes)
+        _shared["memtables"] = WriteBufferManager(memtable_bytes, False)
     table = BlockBasedOptions()
     table.set_block_cache(_shared["cache"])
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     table.set_bloom_filter(10, False)  # most duplicate checks look for a key that is absent
+    # Index and filter in partitions of ~4 KB, only their top level pinned: a store's one
+    # filter block (~1.3 MB per million keys) outgrew its shard of the block cache (64 MB
+    # in 64 shards), so every point read past a few hundred thousand keys read and parsed it
+    # again: 2 us -> 270 us per read (the index in RocksDB, TANDEM_WINDOW_INDEX=rocksdb,
+    # docs/bench/memory.md). Partitions are cached like data blocks, bounded by the cache.
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_metadata_block_size(4096)
+    table.set_pin_top_level_index_and_filter(True)
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.set_block_based_table_factory(table)

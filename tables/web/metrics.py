@@ -176,6 +176,16 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("join",),
         "Records the join's ready active partitions hold in memory (the windowed join's index)",
     ),
+    "tandem_window_index_entries": (
+        "gauge",
+        ("join",),
+        "Entries of the windowed join's index of live records, over its ready active partitions",
+    ),
+    "tandem_window_index_bytes": (
+        "gauge",
+        ("join",),
+        "Bytes the windowed join's index holds in memory (an estimate; in RocksDB: its read-ahead)",
+    ),
     "tandem_event_loop_stall_seconds": (
         "gauge",
         (),
@@ -320,6 +330,9 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
     f.add("tandem_forced_records", [name], held.forced)
     for side, n in held.let_go.items():
         f.add("tandem_align_let_go", [name, side], n)
+    if held.window_index is not None:
+        f.add("tandem_window_index_entries", [name], held.window_index["entries"])
+        f.add("tandem_window_index_bytes", [name], held.window_index["bytes"])
     f.add("tandem_batches", [name], stats.batches)
     f.add("tandem_handler_restarts", [name], stats.handler_restarts)
     f.add("tandem_join_failed", [name], 1 if stats.failure else 0)

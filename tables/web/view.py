@@ -124,6 +124,8 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         "held": held.held,
         # Records the ready active partitions hold in memory (the windowed join's index).
         "live_records": held.live_records,
+        # The windowed join's index of them: entries, and bytes in memory (None: no such index).
+        "window_index": held.window_index,
         "forced": held.forced,
         # Per side: times its wait for event-time order ran out (TANDEM_ALIGN_MAX_WAIT_MS) and its
         # partner went on without it; while all are 0 the order was exact (docs/pipeline.md).
