@@ -40,7 +40,8 @@ import orjson
 
 from app.traffic import ad_events
 from tables.operators import windowed as operator_module
-from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
+from tables.operators.windowed_kind import WindowedKind
 from tables.state.partition import StatePartition
 from tables.state.store import open_store
 

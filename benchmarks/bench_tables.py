@@ -42,7 +42,8 @@ from app.traffic import ad_events
 from tables.kafka.topics import changelog_configs, create_topics
 from tables.operators import keys
 from tables.operators.keys import Side
-from tables.operators.windowed import JoinType, JoinWindow, WindowedKind
+from tables.operators.windowed import JoinType, JoinWindow
+from tables.operators.windowed_kind import WindowedKind
 from tables.records.codecs import Accepted, SideCodec
 from tables.state.manager import JoinState
 from tables.state.partition import StatePartition

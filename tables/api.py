@@ -24,7 +24,7 @@ from faust.types import AppT, TableT, TopicT
 from assignor.faust_adapter import apply_web_defaults
 from assignor.internals import check as check_internals
 from tables.operators.base import JoinKind
-from tables.operators.windowed import WindowedKind
+from tables.operators.windowed_kind import WindowedKind
 from tables.records.codecs import IdSpec, TimestampSpec
 from tables.runtime.results import JoinResults
 from tables.runtime.worker import Runtime

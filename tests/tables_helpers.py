@@ -26,7 +26,8 @@ from rocksdict import AccessType, Options, Rdict
 from app.contract import Rejected, validate
 from app.contract import result as ad_result
 from tables.operators import keys
-from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedKind
+from tables.operators.windowed import JoinType, JoinWindow, Match
+from tables.operators.windowed_kind import WindowedKind
 from tables.state.manager import JoinState
 from tables.state.store import CHECKPOINT_KEY, FORMAT_KEY, PartitionStore
 from tables.testing import caught_up, read_records

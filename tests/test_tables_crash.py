@@ -17,7 +17,8 @@ import pytest
 
 from tables.operators.keys import meta_key
 from tables.operators.kv import MemoryKV
-from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
+from tables.operators.windowed_kind import WindowedKind
 from tables.state.manager import JoinState
 from tables.testing import EmbeddedBroker, create_topics
 from tests.tables_helpers import (

@@ -18,7 +18,8 @@ from rocksdict import Rdict
 from tables.operators import keys
 from tables.operators.keys import Side
 from tables.operators.kv import Overlay
-from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedKind
+from tables.operators.windowed import JoinType, JoinWindow, Match
+from tables.operators.windowed_kind import WindowedKind
 from tables.state import store as store_module
 from tables.state.partition import StatePartition
 from tables.state.store import FORMAT_KEY, open_store

@@ -12,7 +12,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from tables.kafka.topics import changelog_configs, create_topics
-from tables.operators.windowed import JoinType, JoinWindow, Match, WindowedKind
+from tables.operators.windowed import JoinType, JoinWindow, Match
+from tables.operators.windowed_kind import WindowedKind
 from tables.state.manager import JoinState
 from tables.testing import EmbeddedBroker
 from tests.tables_helpers import comparable, dump

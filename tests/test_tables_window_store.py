@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from tables.operators import keys, kv
 from tables.operators.kv import MemoryKV
 from tables.operators.stored_window import READ_AHEAD, KeyFilter, StoredIndexJoin
-from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin, WindowedKind
+from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
+from tables.operators.windowed_kind import WindowedKind
 from tables.state.partition import StatePartition
 from tables.state.store import open_store, rocksdb_budgets
 from tests.test_tables_index import Run, records, runs

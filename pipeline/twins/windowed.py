@@ -36,7 +36,8 @@ import pyarrow as pa
 from pipeline.apps import JoinRef
 from pipeline.checks import ACCEPTED, CHECKED_SCHEMA
 from pipeline.twins import END_OF_TIME, KindTwin, in_arrival_order
-from tables.operators.windowed import JoinType, JoinWindow, WindowedKind
+from tables.operators.windowed import JoinType, JoinWindow
+from tables.operators.windowed_kind import WindowedKind
 from tables.spec import JoinSpec
 
 if TYPE_CHECKING:
