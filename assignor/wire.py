@@ -537,6 +537,8 @@ def _known(
         if len(valid) < len(partitions):
             dropped = len(partitions) - len(valid)
             problems.append(f"{name} claims {dropped} partition(s) of {_shown(topic)} not in the group")
+        elif topic not in counts:  # an entry with no partitions, of a topic the group does not plan
+            problems.append(f"{name} names {_shown(topic)}, not in the group")
         if valid:
             kept[topic] = valid
     return kept

@@ -20,7 +20,7 @@ from typing import Any
 import faust
 import pytest
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from assignor import wire
@@ -298,6 +298,12 @@ payloads = st.one_of(
 
 @given(payloads)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Found by this test in CI: a claim on a topic the group does not plan, with no partitions, was
+# kept (only partitions past a topic's count were dropped).
+@example(
+    b"TD\x01\x00\x01\x06\x0bimpressions\x0bimpressions\x0bimpressions\x0bimpressions"
+    b"\x0bimpressions\x05ghost\x00\x00\x00\x00?\xf0\x00\x00\x00\x00\x00\x00\x01\x01\x05\x00\x01\x01\x05\x00\x00"
+)
 def test_fuzz_the_decoder_bounded_work_and_only_real_partitions(data: bytes) -> None:
     with decoder_work() as work:
         sub, _ = wire.read_subscription(data, "evil", limits())
