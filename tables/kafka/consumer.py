@@ -32,6 +32,7 @@ from faust.types import TP, AppT
 
 from assignor import internals
 from assignor.faust_adapter import TandemConsumer, TandemConsumerThread
+from tables.records.sides import Record
 
 SEEK_TIMEOUT_S = 10.0  # the consumer thread stopping while the call waits: give up (bounded)
 
@@ -51,21 +52,9 @@ async def seek(app: AppT, tp: TP, offset: int) -> None:
     consumer._read_offset[tp] = offset if offset else None  # type: ignore[attr-defined]
 
 
-class InputRecord(Protocol):
-    """What the join runtime reads of a record it takes: aiokafka's fetched record as it
-    is (`RawRecords`), or a ConsumerRecord."""
-
-    @property
-    def key(self) -> bytes | None: ...
-
-    @property
-    def value(self) -> bytes | None: ...
-
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def timestamp(self) -> int: ...
+# What the join runtime reads of a record it takes: aiokafka's fetched record as it is
+# (`RawRecords`), or a ConsumerRecord; the records layer's checks read the same.
+InputRecord = Record
 
 
 class RecordTaker(Protocol):
