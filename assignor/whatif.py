@@ -11,6 +11,13 @@ leader does (assignor/faust_adapter/partition_assignor.py, `assign_members`), ap
 with the same planner, and reports per worker the partitions kept, moved warm and moved
 cold, the changelog records each move would replay, and the balance after.
 
+The leader's inputs are rebuilt in full: warm-ups (KIP-441) with the changelogs' end offsets
+(the freshest checkpoint any member reports, as the broker's end is for a quiet group), the
+standby and recovery-lag settings, and the rebalance protocol the workers report. The
+rounds that follow on their own are predicted too: the follow-up of a cooperative round
+(KIP-429: revoked partitions are assigned in the next round), and the probing rebalances
+that complete the moves held for a warm-up (each warm-up then reports the end offset).
+
 A move is warm when the new owner has the partition's state on its disk (a standby, or
 files kept from before), as the runtime counts it; it replays from its checkpoint to the
 changelog's end (the freshest checkpoint any member reports). A cold move replays the
@@ -24,8 +31,8 @@ from __future__ import annotations
 import http.client
 import json
 import urllib.request
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from assignor.core.plan import plan_with_stats
@@ -40,6 +47,10 @@ from assignor.group_scenario import (
 from assignor.wire import Subscription
 
 GROUP_PATH = "/tandem/group.json"
+# Rounds predicted after a change at most: cooperative follow-ups and probing rebalances
+# (W5 bounds the probing rounds by ceil(pending / max_warmup_replicas) + 1 for a group that
+# settles; a prediction that needs more says so in a warning).
+MAX_FOLLOW_UPS = 8
 
 
 class WhatIfError(RuntimeError):
@@ -116,16 +127,36 @@ class Step:
     joins: dict[str, list[WorkerMoves]]
     warnings: list[str]
     planned: dict[str, Any] = field(default_factory=dict)  # member id -> the planner's output
+    # What makes the group rebalance again on its own: moves held for a warm-up (a probing
+    # rebalance completes them) and, in a cooperative round, the partitions it revokes.
+    pending_moves: list[dict[str, Any]] = field(default_factory=list)
+    revoking: list[dict[str, Any]] = field(default_factory=list)
+    follow_up: bool = False
+    round: str = "change"  # "change", "follow-up" (cooperative) or "probing" (warm-ups)
+    member_ids: dict[str, str] = field(default_factory=dict)  # worker name -> its member id here
+
+    def planned_for(self, worker: str) -> dict[str, Any]:
+        """The planner's output for one worker (active, standby, warmup: topic -> partitions)."""
+        return dict(self.planned.get(self.member_ids.get(worker, ""), {}))
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "title": self.title,
+            "round": self.round,
             "epoch": self.epoch,
             "group": self.group,
             "joins": {name: [m.as_dict() for m in moves] for name, moves in self.joins.items()},
             "balance": {name: balance(moves) for name, moves in self.joins.items()},
+            "pending_moves": self.pending_moves,
+            "revoking": self.revoking,
+            "follow_up": self.follow_up,
             "warnings": self.warnings,
         }
+
+    def actives(self, join: str | None = None) -> dict[str, list[int]]:
+        """Each remaining worker's actives of a join (the first one by default) after the step."""
+        moves = self.joins.get(join) if join else next(iter(self.joins.values()), [])
+        return {m.worker: m.actives_after for m in moves or [] if not m.leaves}
 
 
 # -- reading the group -------------------------------------------------------------------------
@@ -169,7 +200,12 @@ class Group:
     counts: dict[str, int]  # from the routing table
     standby_replicas: int
     acceptable_lag: int
-    warmups: Warmups | None = None  # on in the group: planned as the leader would (end offsets unknown)
+    warmups: Warmups | None = None  # on in the group: budget and lag (end offsets: `ends`)
+    # (changelog, partition) -> the last offset written, as far as the group knows: the freshest
+    # checkpoint any member reported before the change (a member that leaves takes its disk
+    # away, not the changelog). The leader asks the broker for the same ends.
+    ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    protocol: str | None = None  # the rebalance protocol the workers report (None: not named)
 
 
 def read_group(snapshot: Mapping[str, Any]) -> Group:
@@ -185,6 +221,7 @@ def read_group(snapshot: Mapping[str, Any]) -> Group:
     joins = [Join(tuple(j["topics"]), j["changelog"]) for j in planner["joins"]]
     join_names = {j["changelog"]: name for v in views for name, j in v["joins"].items()}
     counts = {t: g["partitions"] for g in snapshot["routing"]["groups"] for t in g["topics"]}
+    protocol = planner.get("protocol")
     return Group(
         members=members,
         joins=joins,
@@ -196,6 +233,8 @@ def read_group(snapshot: Mapping[str, Any]) -> Group:
         warmups=Warmups(int(planner["acceptable_recovery_lag"]), int(planner["max_warmup_replicas"]), {})
         if planner.get("warmups")
         else None,
+        ends=_freshest(members.values()),
+        protocol=None if protocol is None else str(protocol),
     )
 
 
@@ -215,7 +254,9 @@ def _member(view: Mapping[str, Any]) -> Member:
 
 
 def scenario_of(group: Group) -> dict[str, Any]:
-    """The scenario the leader would build for these members (faust_adapter.assign_members)."""
+    """The scenario the leader would build for these members (faust_adapter.assign_members):
+    with warm-ups on, the changelogs' end offsets as the leader looks them up; the protocol
+    field when the workers name one."""
     by_id = {m.member_id: MemberInfo(m.topics, m.state) for m in group.members.values()}
     subscribed = {t for m in by_id.values() for t in m.subscription}
     counts = topic_counts(group.joins, subscribed, group.counts)
@@ -223,7 +264,13 @@ def scenario_of(group: Group) -> dict[str, Any]:
         group.joins, counts, group.table_changelogs, [by_id[m].subscription for m in sorted(by_id)]
     )
     changelogs = group.table_changelogs | {j.changelog for j in group.joins if j.changelog}
-    return build_scenario(
+    warmups = None
+    if group.warmups is not None:
+        ends: dict[str, dict[int, int]] = {}
+        for (topic, p), last in group.ends.items():
+            ends.setdefault(topic, {})[p] = last + 1  # the end: the next offset to be written
+        warmups = replace(group.warmups, end_offsets=ends)
+    scenario = build_scenario(
         by_id,
         counts,
         groups,
@@ -231,8 +278,11 @@ def scenario_of(group: Group) -> dict[str, Any]:
         group.standby_replicas,
         group.joins,
         group.acceptable_lag,
-        group.warmups,
+        warmups,
     )
+    if group.protocol is not None:
+        scenario["protocol"] = group.protocol
+    return scenario
 
 
 # -- changing it --------------------------------------------------------------------------------
@@ -253,22 +303,47 @@ def _predict(snapshot: Mapping[str, Any], change: Change) -> list[Step]:
         known = ", ".join(sorted(group.members))
         raise WhatIfError(f"no worker named {change.name!r} in the group (workers: {known})")
     if change.kind == "leave":
-        return [_step(f"{change.name} leaves", group, _without(group, change.name))]
+        return _rounds(f"{change.name} leaves", group, _without(group, change.name))
     if change.kind == "join":
         if change.count < 1:
             raise WhatIfError("--join needs a number of workers >= 1")
-        return [_step(f"{change.count} new worker(s) join", group, _with_new(group, change))]
+        return _rounds(f"{change.count} new worker(s) join", group, _with_new(group, change))
     if change.kind == "restart":
-        left = _without(group, change.name)
-        first = _step(f"{change.name} stops", group, left)
-        after = _after(left, first)
-        back = _back(after, group.members[change.name], first.epoch)
-        return [first, _step(f"{change.name} comes back with its disk", after, back)]
+        # The worker comes back before any warm-up of its stop has caught up: only the
+        # cooperative follow-ups (immediate) come between its stop and its return.
+        stopped = _rounds(f"{change.name} stops", group, _without(group, change.name), probe=False)
+        left = _after(_without(group, change.name), stopped[-1], caught_up=False)
+        back = _back(left, group.members[change.name])
+        return stopped + _rounds(f"{change.name} comes back with its disk", left, back)
     raise WhatIfError(f"unknown change {change.kind!r}")
 
 
+def _rounds(title: str, before: Group, after: Group, probe: bool = True) -> list[Step]:
+    """The change's rebalance and the ones that follow from it with nothing else changing:
+    the cooperative follow-up of a round that revokes (at once, the revoking member rejoins),
+    then, with `probe`, a probing rebalance while moves are held for a warm-up (once the
+    warm-ups have caught up)."""
+    steps = [_step(title, before, after)]
+    current = after
+    while True:
+        last = steps[-1]
+        if last.follow_up:
+            kind, caught_up, what = "follow-up", False, "the revoked partitions assigned"
+        elif probe and last.pending_moves:
+            kind, caught_up, what = "probing", True, "the warm-ups caught up"
+        else:
+            return steps
+        if len(steps) > MAX_FOLLOW_UPS:
+            last.warnings.append(
+                f"the group still rebalances after {MAX_FOLLOW_UPS} rounds; not predicted further"
+            )
+            return steps
+        current = _after(current, last, caught_up)
+        steps.append(_step(f"{kind} rebalance after {title}: {what}", current, current, kind))
+
+
 def _without(group: Group, name: str) -> Group:
-    return _replace_members(group, {n: m for n, m in group.members.items() if n != name})
+    return replace(group, members={n: m for n, m in group.members.items() if n != name})
 
 
 def _with_new(group: Group, change: Change) -> Group:
@@ -279,10 +354,10 @@ def _with_new(group: Group, change: Change) -> Group:
         host = change.host or name
         state = Subscription(host=host, rack=change.rack)
         members[name] = Member(name, f"~{name}", topics, state)  # "~": sorts after real member ids
-    return _replace_members(group, members)
+    return replace(group, members=members)
 
 
-def _back(group: Group, old: Member, epoch: int) -> Group:
+def _back(group: Group, old: Member) -> Group:
     """The restarted worker: no history (a new process), the same disk."""
     state = Subscription(
         url=old.state.url,
@@ -292,73 +367,74 @@ def _back(group: Group, old: Member, epoch: int) -> Group:
         local_offsets=old.state.local_offsets,
     )
     members = {**group.members, old.name: Member(old.name, f"~{old.name}", old.topics, state)}
-    return _replace_members(group, members)
+    return replace(group, members=members)
 
 
-def _after(group: Group, step: Step) -> Group:
-    """The members once a step is done: the plan is what they hold, and every partition they
-    hold is caught up with the freshest copy."""
-    ends = _freshest(group)
+def _after(group: Group, step: Step, caught_up: bool) -> Group:
+    """The members as they join the next round, having run the step's plan: what it made
+    active they own (a revoked partition: nobody), its standbys and warm-ups they report as
+    standbys (as the contract asks). A partition a member keeps tailing (its actives, and the
+    standbys it held before the step) is at the changelog's end; with `caught_up` (a probing
+    rebalance) its new standbys and warm-ups are too, else they report what their disk had."""
     members = {}
     for name, m in group.members.items():
         planned = step.planned.get(m.member_id, {})
-        held = {**planned.get("active", {})}
+        held_before = _partitions(m.state.previous_active) | _partitions(m.state.previous_standby)
+        replicas = _union(planned.get("standby", {}), planned.get("warmup", {}))
         offsets = {t: dict(by) for t, by in m.state.local_offsets.items()}
-        for kind in ("active", "standby"):
-            for topic, partitions in planned.get(kind, {}).items():
-                for p in partitions:
-                    if (topic, p) in ends:
-                        offsets.setdefault(topic, {})[p] = ends[(topic, p)]
+        tailing = _partitions(planned.get("active", {})) | {
+            tp for tp in _partitions(replicas) if caught_up or tp in held_before
+        }
+        for tp in tailing:
+            if tp in group.ends:
+                offsets.setdefault(tp[0], {})[tp[1]] = group.ends[tp]
         state = Subscription(
             epoch=step.epoch,
             url=m.state.url,
             host=m.state.host,
             rack=m.state.rack,
             capacity=m.state.capacity,
-            previous_active=held,
-            previous_standby=planned.get("standby", {}),
+            previous_active={t: list(p) for t, p in planned.get("active", {}).items()},
+            previous_standby=replicas,
             local_offsets=offsets,
         )
         members[name] = Member(name, m.member_id, m.topics, state)
-    return _replace_members(group, members)
+    return replace(group, members=members)
 
 
-def _replace_members(group: Group, members: dict[str, Member]) -> Group:
-    return Group(
-        members,
-        group.joins,
-        group.join_names,
-        group.table_changelogs,
-        group.counts,
-        group.standby_replicas,
-        group.acceptable_lag,
-    )
+def _partitions(by_topic: Mapping[str, list[int]]) -> set[tuple[str, int]]:
+    return {(t, p) for t, ps in by_topic.items() for p in ps}
 
 
-def _freshest(group: Group) -> dict[tuple[str, int], int]:
+def _union(a: Mapping[str, list[int]], b: Mapping[str, list[int]]) -> dict[str, list[int]]:
+    return {t: sorted(set(a.get(t, [])) | set(b.get(t, []))) for t in sorted(set(a) | set(b))}
+
+
+def _freshest(members: Iterable[Member]) -> dict[tuple[str, int], int]:
     """(changelog, partition) -> the highest checkpoint any member holds (the active's)."""
     ends: dict[tuple[str, int], int] = {}
-    for m in group.members.values():
+    for m in members:
         for topic, by in m.state.local_offsets.items():
             for p, offset in by.items():
                 ends[(topic, p)] = max(ends.get((topic, p), offset), offset)
     return ends
 
 
-def _step(title: str, before: Group, after: Group) -> Step:
+def _step(title: str, before: Group, after: Group, kind: str = "change") -> Step:
     """Plan `after` (the group with the change) and count what moves against `before`."""
     result = plan_with_stats(scenario_of(after))
     planned = result.assignment
-    ends = _freshest(before)
     joins = {}
     for join in after.joins:
         if not join.changelog:
             continue
         name = before.join_names.get(join.changelog, join.changelog)
         joins[name] = [
-            _moves(m, planned["members"].get(m.member_id, {}), join, ends) for m in after.members.values()
+            _moves(m, planned["members"].get(m.member_id, {}), join, before.ends)
+            for m in after.members.values()
         ] + [_leaving(m, join) for n, m in before.members.items() if n not in after.members]
     s = result.stats
+    names = {m.member_id: m.name for m in after.members.values()}
     return Step(
         title=title,
         epoch=int(planned["epoch"]),
@@ -371,7 +447,17 @@ def _step(title: str, before: Group, after: Group) -> Step:
         joins=joins,
         warnings=list(planned["warnings"]),
         planned=planned["members"],
+        pending_moves=[_named(move, names) for move in planned.get("pending_moves", [])],
+        revoking=[_named(move, names) for move in planned.get("revoking", [])],
+        follow_up=bool(planned.get("follow_up")),
+        round=kind,
+        member_ids={m.name: m.member_id for m in after.members.values()},
     )
+
+
+def _named(move: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """A pending move or a revocation with worker names instead of member ids."""
+    return {**move, "from": names.get(move["from"], move["from"]), "to": names.get(move["to"], move["to"])}
 
 
 def _moves(
@@ -447,6 +533,10 @@ def render(steps: list[Step]) -> str:
                 f"balance after: actives {per} (spread {b['spread']}); standbys "
                 + ", ".join(f"{w} {n}" for w, n in b["standbys"].items()),
             ]
+        lines += [f"revoked now, assigned in the follow-up round: {_move(m)}" for m in step.revoking]
+        lines += [
+            f"held for a warm-up (moves in a probing rebalance): {_move(m)}" for m in step.pending_moves
+        ]
         lines += [f"warning: {w}" for w in step.warnings]
         lines.append("")
     lines.append("Nothing was changed in the group.")
@@ -472,6 +562,11 @@ def _table(moves: list[WorkerMoves]) -> list[str]:
     shown = [[one_line(str(c)) for c in row] for row in rows]  # widths of what is printed
     widths = [max(len(r[i]) for r in shown) for i in range(len(shown[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in shown]
+
+
+def _move(move: Mapping[str, Any]) -> str:
+    replica = "" if move.get("warmup", True) else " (no warm-up replica yet: over the budget)"
+    return f"partition {move['partition']} {move['from']} -> {move['to']}{replica}"
 
 
 def _parts(partitions: list[int]) -> str:
