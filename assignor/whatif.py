@@ -16,7 +16,9 @@ The leader's inputs are rebuilt in full: warm-ups (KIP-441) with the changelogs'
 standby and recovery-lag settings, and the rebalance protocol the workers report. The
 rounds that follow on their own are predicted too: the follow-up of a cooperative round
 (KIP-429: revoked partitions are assigned in the next round), and the probing rebalances
-that complete the moves held for a warm-up (each warm-up then reports the end offset).
+that complete the moves held for a warm-up (each warm-up then reports the end offset). A
+probing round is planned with every copy at the changelog's end: with traffic flowing, which
+of several equally caught-up copies the leader moves depends on their lags at the probe.
 
 A move is warm when the new owner has the partition's state on its disk (a standby, or
 files kept from before), as the runtime counts it; it replays from its checkpoint to the
@@ -533,6 +535,11 @@ def render(steps: list[Step]) -> str:
                 f"balance after: actives {per} (spread {b['spread']}); standbys "
                 + ", ".join(f"{w} {n}" for w, n in b["standbys"].items()),
             ]
+        if step.round == "probing":
+            lines.append(
+                "(planned with every copy at the changelog's end: where several are caught up, the one"
+                " that moves depends on their lags at the probe)"
+            )
         lines += [f"revoked now, assigned in the follow-up round: {_move(m)}" for m in step.revoking]
         lines += [
             f"held for a warm-up (moves in a probing rebalance): {_move(m)}" for m in step.pending_moves
