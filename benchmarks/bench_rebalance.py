@@ -107,8 +107,11 @@ class OwnerWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for p, name in owners(self.workers()).items():
-                self.seen[p].add(name)
+            try:
+                for p, name in owners(self.workers()).items():
+                    self.seen[p].add(name)
+            except Exception as exc:  # a worker going away mid-poll: the next poll sees the rest
+                say(f"  owner watch: {type(exc).__name__}: {exc}")
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> OwnerWatch:
@@ -156,7 +159,7 @@ class Group:
         return found
 
     def live(self) -> list[WorkerProcess]:
-        return [w for w in self.workers.values() if w.alive and not w.stopped]
+        return [w for w in list(self.workers.values()) if w.alive and not w.stopped]
 
     def wait_settled(self, what: str) -> float | None:
         started = time.time()
