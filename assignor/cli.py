@@ -61,6 +61,11 @@ def _add_what_if(commands: Any) -> None:
     change.add_argument("--restart", metavar="NAME", help="the worker stops, then comes back with its disk")
     cmd.add_argument("--host", default="", help="host label of the joining workers (default: one each)")
     cmd.add_argument("--rack", default="", help="rack label of the joining workers")
+    cmd.add_argument(
+        "--protocol",
+        choices=("eager", "cooperative"),
+        help="plan as if the group ran this rebalance protocol (default: the one the workers report)",
+    )
     cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -73,7 +78,7 @@ def what_if(args: argparse.Namespace) -> int:
     else:
         change = Change("join", count=args.join, host=args.host, rack=args.rack)
     try:
-        steps = predict(fetch_group(args.worker), change)
+        steps = predict(fetch_group(args.worker), change, args.protocol)
     except WhatIfError as exc:
         print(f"what-if: {one_line(str(exc))}", file=sys.stderr)
         return 2

@@ -53,6 +53,7 @@ GROUP_PATH = "/tandem/group.json"
 # (W5 bounds the probing rounds by ceil(pending / max_warmup_replicas) + 1 for a group that
 # settles; a prediction that needs more says so in a warning).
 MAX_FOLLOW_UPS = 8
+PROTOCOLS = ("eager", "cooperative")
 
 
 class WhatIfError(RuntimeError):
@@ -290,17 +291,22 @@ def scenario_of(group: Group) -> dict[str, Any]:
 # -- changing it --------------------------------------------------------------------------------
 
 
-def predict(snapshot: Mapping[str, Any], change: Change) -> list[Step]:
+def predict(snapshot: Mapping[str, Any], change: Change, protocol: str | None = None) -> list[Step]:
     """The rebalance(s) the change would cause, planned; nothing is sent to the group.
-    Raises WhatIfError (one line) for a snapshot of the wrong shape."""
+    `protocol` ("eager" or "cooperative"): plan as if the group ran it (default: the one the
+    workers report). Raises WhatIfError (one line) for a snapshot of the wrong shape."""
+    if protocol not in (None, *PROTOCOLS):
+        raise WhatIfError(f"unknown protocol {protocol!r}: use {' or '.join(PROTOCOLS)}")
     try:
-        return _predict(snapshot, change)
+        return _predict(snapshot, change, protocol)
     except MALFORMED as exc:
         raise _malformed(exc) from None
 
 
-def _predict(snapshot: Mapping[str, Any], change: Change) -> list[Step]:
+def _predict(snapshot: Mapping[str, Any], change: Change, protocol: str | None) -> list[Step]:
     group = read_group(snapshot)
+    if protocol is not None:
+        group = replace(group, protocol=protocol)
     if change.kind in ("leave", "restart") and change.name not in group.members:
         known = ", ".join(sorted(group.members))
         raise WhatIfError(f"no worker named {change.name!r} in the group (workers: {known})")

@@ -25,7 +25,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, Cons
 from assignor import plan_with_stats, wire
 from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join
 from assignor.group_scenario import MemberInfo, build_scenario, copartition_groups, member_assignments
-from assignor.whatif import Change, Step, predict, read_group, scenario_of
+from assignor.whatif import Change, Step, WhatIfError, predict, read_group, scenario_of
 from tables.web.view import _planner
 
 INPUTS = ["clicks", "impressions"]
@@ -246,3 +246,16 @@ def test_the_scenario_names_the_protocol_the_workers_report_and_nothing_when_the
     scenario = scenario_of(read_group(snapshot(demo_group(), protocol)))
     assert scenario.get("protocol") == protocol
     assert scenario["changelog_end_offsets"] == {CHANGELOG: dict.fromkeys(range(PARTITIONS), END)}
+
+
+def test_the_protocol_can_be_chosen_for_the_prediction() -> None:
+    """`what-if --protocol cooperative` on a group whose workers name none: the cooperative
+    rounds, as if the workers reported it; an unknown protocol is refused by name."""
+    workers = demo_group()
+    change = Change("join", count=1, host="host-c", rack="rack-3")
+    chosen = predict(snapshot(workers, None), change, protocol="cooperative")
+    reported = predict(snapshot(workers, "cooperative"), change)
+    assert [s.as_dict() for s in chosen] == [s.as_dict() for s in reported]
+    assert any(s.revoking for s in chosen)
+    with pytest.raises(WhatIfError, match="unknown protocol 'sticky'"):
+        predict(snapshot(workers, None), change, protocol="sticky")
