@@ -311,26 +311,26 @@ def _predict(snapshot: Mapping[str, Any], change: Change, protocol: str | None) 
         known = ", ".join(sorted(group.members))
         raise WhatIfError(f"no worker named {change.name!r} in the group (workers: {known})")
     if change.kind == "leave":
-        return _rounds(f"{change.name} leaves", group, _without(group, change.name))
+        return _rounds(f"{change.name} leaves", group, _without(group, change.name))[0]
     if change.kind == "join":
         if change.count < 1:
             raise WhatIfError("--join needs a number of workers >= 1")
-        return _rounds(f"{change.count} new worker(s) join", group, _with_new(group, change))
+        return _rounds(f"{change.count} new worker(s) join", group, _with_new(group, change))[0]
     if change.kind == "restart":
         # The worker comes back before any warm-up of its stop has caught up: only the
         # cooperative follow-ups (immediate) come between its stop and its return.
-        stopped = _rounds(f"{change.name} stops", group, _without(group, change.name), probe=False)
-        left = _after(_without(group, change.name), stopped[-1], caught_up=False)
+        stopped, planned = _rounds(f"{change.name} stops", group, _without(group, change.name), probe=False)
+        left = _after(planned, stopped[-1], caught_up=False)
         back = _back(left, group.members[change.name])
-        return stopped + _rounds(f"{change.name} comes back with its disk", left, back)
+        return stopped + _rounds(f"{change.name} comes back with its disk", left, back)[0]
     raise WhatIfError(f"unknown change {change.kind!r}")
 
 
-def _rounds(title: str, before: Group, after: Group, probe: bool = True) -> list[Step]:
+def _rounds(title: str, before: Group, after: Group, probe: bool = True) -> tuple[list[Step], Group]:
     """The change's rebalance and the ones that follow from it with nothing else changing:
     the cooperative follow-up of a round that revokes (at once, the revoking member rejoins),
     then, with `probe`, a probing rebalance while moves are held for a warm-up (once the
-    warm-ups have caught up)."""
+    warm-ups have caught up). Also the group as the last step planned it (its input)."""
     steps = [_step(title, before, after)]
     current = after
     while True:
@@ -340,12 +340,12 @@ def _rounds(title: str, before: Group, after: Group, probe: bool = True) -> list
         elif probe and last.pending_moves:
             kind, caught_up, what = "probing", True, "the warm-ups caught up"
         else:
-            return steps
+            return steps, current
         if len(steps) > MAX_FOLLOW_UPS:
             last.warnings.append(
                 f"the group still rebalances after {MAX_FOLLOW_UPS} rounds; not predicted further"
             )
-            return steps
+            return steps, current
         current = _after(current, last, caught_up)
         steps.append(_step(f"{kind} rebalance after {title}: {what}", current, current, kind))
 

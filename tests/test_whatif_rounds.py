@@ -259,3 +259,26 @@ def test_the_protocol_can_be_chosen_for_the_prediction() -> None:
     assert any(s.revoking for s in chosen)
     with pytest.raises(WhatIfError, match="unknown protocol 'sticky'"):
         predict(snapshot(workers, None), change, protocol="sticky")
+
+
+def test_a_restart_is_predicted_round_by_round_its_worker_back_warm_from_its_disk() -> None:
+    """worker-2 stops (its partitions to their standbys), then a new process comes back on its
+    disk (a new member id, no history, the offsets it had): every predicted round is the
+    leader's, and what it gets back is warm."""
+    workers = demo_group()
+    steps = predict(snapshot(workers, None), Change("restart", name="worker-2"))
+    old = workers.pop(1)
+    back = Worker("worker-2", "host-b", "rack-2", "zz-worker-2")  # sorts last, as the what-if assumes
+    back.offsets = dict(old.offsets)  # the same data dir
+    stopped = [s for s in steps if s.title.startswith("worker-2 stops")]
+    assert len(stopped) == 1 and stopped[0] is steps[0]
+    assert predicted(steps[0], workers) == rebalance(workers)
+    for w in workers:
+        w.catch_up(everything=False)  # it comes back before any new replica has caught up
+    workers.append(back)
+    for i, step in enumerate(steps[1:], 1):
+        assert predicted(step, workers) == rebalance(workers), (i, step.title)
+        for w in workers:
+            w.catch_up(everything=True)
+    returned = {m["worker"]: m for m in steps[1].as_dict()["joins"]["ad-join"]}["worker-2"]
+    assert returned["actives_after"] and not returned["moved_cold"]
