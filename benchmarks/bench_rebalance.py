@@ -301,6 +301,15 @@ def table(runs: list[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     for run in runs:
+        # Workers without the setting report None and run eager (the only protocol they know).
+        if run["reported"] not in (
+            run["protocol"],
+            "None" if run["protocol"] == "eager" else run["protocol"],
+        ):
+            lines.append(
+                f"- WARNING: {run['protocol']} was asked for (TANDEM_REBALANCE_PROTOCOL) but the workers "
+                f"report `{run['reported']}`: its columns do not measure the {run['protocol']} protocol"
+            )
         settle = ", ".join(
             f"{e} {_s(s['settle'])}" for e, s in sums[run["protocol"]].items() if e != "baseline"
         )
