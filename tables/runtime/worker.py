@@ -119,12 +119,12 @@ class Runtime:
             self._install()
         task = JoinTask(spec, self)
         self.tasks[spec.name] = task
-        for topic in spec.input_topics:
+        for topic in spec.topics:
             self._by_topic.setdefault(topic, []).append(task)
         declare_join(
-            self.app, topics=[*spec.input_topics, *spec.table_changelogs()], changelog=spec.changelog_topic
+            self.app, topics=[*spec.topics, *spec.table_changelogs()], changelog=spec.changelog_topic
         )
-        for side in (spec.left, spec.right):
+        for side in {spec.left.name: spec.left, spec.right.name: spec.right}.values():
             subscribe(self.app, side.topic)  # what Faust's conductor holds, it subscribes to
 
     def _install(self) -> None:
