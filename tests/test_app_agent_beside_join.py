@@ -5,6 +5,7 @@ Real workers (tests/apps/agent_beside_join.py) on the embedded broker."""
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,36 @@ def test_through_a_sigkill_and_a_restart_every_join_result_and_every_count_comes
         ), (asyncio.run(_committed(broker.bootstrap, group, topics["orders"])), orders_end)
     finally:
         worker.stop(15)
+
+
+def test_through_a_scale_out_every_join_result_and_every_count_comes(
+    broker: EmbeddedBroker, unique: str, tmp_path: Path
+) -> None:
+    """A second worker joins mid-way: the rebalance moves a partition, whose agent's buffered
+    orders Faust drops; they are read again from the committed offset, for the agent and the
+    join alike (Runtime.rewind)."""
+    topics = _topics(unique)
+    asyncio.run(create_topics(broker.bootstrap, dict.fromkeys(topics.values(), PARTITIONS)))
+    orders = {f"o{i}": f"order{i}" for i in range(200)}
+    asyncio.run(_produce(broker.bootstrap, topics, orders))
+    expected_paid = {(o, f"{v}+pay-{o}") for o, v in orders.items()}
+    workers = [_worker(broker, unique, tmp_path, "w1", AGENT_APP_PAUSE_S="0.03").start()]
+    try:
+        assert wait_for(lambda: workers[0].check() or len(_values(broker, topics["counted"])) >= 30, 120, 0.1)
+        workers.append(_worker(broker, unique, tmp_path, "w2", AGENT_APP_PAUSE_S="0.03").start())
+        assert {k for k, _ in _values(broker, topics["counted"])} < set(orders), "w1 was through: no test"
+        took_a_partition = re.compile(r"join 'paid' assigned actives \[\d")
+        assert wait_for(lambda: took_a_partition.search(workers[1].log_path.read_text(errors="replace")), 120)
+
+        def counted_all() -> bool:
+            for worker in workers:
+                worker.check()
+            return {k for k, _ in _values(broker, topics["counted"])} >= set(orders)
+
+        assert wait_for(counted_all, 180), set(orders) - {k for k, _ in _values(broker, topics["counted"])}
+        assert wait_for(lambda: set(_values(broker, topics["paid"])) >= expected_paid, 60)
+        assert set(_values(broker, topics["paid"])) == expected_paid
+        assert set(_values(broker, topics["counted"])) == set(orders.items())
+    finally:
+        for worker in workers:
+            worker.stop(15)
