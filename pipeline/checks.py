@@ -56,7 +56,8 @@ class Checker:
         self.partitioner = spec.partitioner
         self.partitions = partitions
         codecs = ref.codecs()
-        self.accepts = {spec.left.name: codecs["left"].accept, spec.right.name: codecs["right"].accept}
+        # A self-join's one topic is its left input (the operator takes each record in both roles).
+        self.accepts = {spec.right.name: codecs["right"].accept, spec.left.name: codecs["left"].accept}
 
     def check(self, batch: pa.RecordBatch) -> Checked:
         """The records of `batch` (columns of the input layout), in batch order."""
@@ -112,7 +113,7 @@ def check_batches(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         checker = Checker(ref, partitions)
         spec = ref.spec()
-        sides = {spec.left.name: "left", spec.right.name: "right"}
+        sides = {spec.right.name: "right", spec.left.name: "left"}  # a self-join's topic: "left"
         for batch in batches:
             found = checker.check(batch)
             columns = {

@@ -81,7 +81,7 @@ def read_topics(spark: SparkSession, spec: JoinSpec, connection: Connection, spl
     return (
         spark.read.format("tandem-topic")
         .options(**source_options(connection))
-        .option("topic", ",".join(spec.input_topics))
+        .option("topic", ",".join(spec.topics))
         .option("splitSize", str(split))
         .load()
         .select(*RAW_COLUMNS)
@@ -157,10 +157,10 @@ def _placed(spec: JoinSpec, partitions: int) -> Any:
 
 def export(spark: SparkSession, spec: JoinSpec, connection: Connection, out: str, split: int) -> int:
     """Write the join's input topics to Parquet (input layout, `_tandem.json`); the count."""
-    partitions = topic_partitions(connection, list(spec.input_topics))
+    partitions = topic_partitions(connection, list(spec.topics))
     raw = read_topics(spark, spec, connection, split)
     raw.write.mode("overwrite").partitionBy("topic").parquet(out)
     counts = {r["topic"]: int(r["count"]) for r in spark.read.parquet(out).groupBy("topic").count().collect()}
-    meta = {"join": spec.name, "topics": list(spec.input_topics), "partitions": partitions, "counts": counts}
+    meta = {"join": spec.name, "topics": list(spec.topics), "partitions": partitions, "counts": counts}
     (Path(out) / META_FILE).write_text(json.dumps(meta, indent=2))
     return sum(counts.values())

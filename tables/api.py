@@ -24,6 +24,7 @@ from faust.types import AppT, TableT, TopicT
 from assignor.faust_adapter import apply_web_defaults
 from assignor.internals import check as check_internals
 from tables.operators.base import JoinKind
+from tables.operators.self_join import SELF_JOIN_TYPES, SelfJoinKind
 from tables.operators.windowed_kind import WindowedKind
 from tables.records.codecs import IdSpec, TimestampSpec
 from tables.runtime.results import JoinResults
@@ -33,6 +34,7 @@ from tables.spec import (
     DEFAULT_MAX_VALUE_BYTES,
     Duration,
     How,
+    JoinDeclarationError,
     JoinInput,
     JoinSpec,
     Partitioner,
@@ -93,6 +95,9 @@ def join(
       `grace`, how late (in event time) a record may still arrive. timedelta or seconds.
     - `how`: "inner", "left", "right" or "outer": unmatched records of the named side(s) are
       emitted once no partner can still arrive (never a spurious unmatched result).
+    - A self-join (`left` and `right` the same topic): each record joined with the other
+      records of its key within the window, never with itself ("inner" or "left";
+      docs/join-semantics.md, "Self-joins").
     - `options` (`JoinOptions`, the same for every kind of join): `name`, `timestamp`, `id`,
       `partitioner`, `tables`, `max_value_bytes`, `max_future`, `audit`.
 
@@ -101,8 +106,14 @@ def join(
     produced, its sends are acknowledged, and the join's state is in its changelog.
     """
 
-    kind = WindowedKind(window_of(within, before, after, grace), join_type_of(how))
-    return join_of_kind(app, left, right, kind, **options)
+    window, join_type = window_of(within, before, after, grace), join_type_of(how)
+    if as_input(left, None, None).name != as_input(right, None, None).name:
+        return join_of_kind(app, left, right, WindowedKind(window, join_type), **options)
+    if join_type not in SELF_JOIN_TYPES:
+        raise JoinDeclarationError(
+            f"how={how!r}: a self-join is 'inner' or 'left' (its right join is its left join mirrored)"
+        )
+    return join_of_kind(app, left, right, SelfJoinKind(window, join_type), **options)
 
 
 def join_table(

@@ -114,6 +114,11 @@ class JoinSpec:
         return self.left.name, self.right.name
 
     @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics the join reads, each once (a self-join reads one)."""
+        return tuple(dict.fromkeys(self.input_topics))
+
+    @property
     def ids(self) -> bool:
         """Whether records carry declared ids (an input's `id` option)."""
         return self.left.id is not None or self.right.id is not None
@@ -241,6 +246,23 @@ def _check_field(join: str, side: JoinInput, option: str, field: object) -> None
         )
 
 
+def _check_self_join(spec: JoinSpec) -> None:
+    """A join of a topic with itself: a windowed join (`tables.join`), its one input read one
+    way (the topic is read once, each record in both roles)."""
+    if spec.kind.name != "self":
+        raise JoinDeclarationError(
+            f"join {spec.name!r}: a self-join of {spec.left.name!r} is a windowed join: "
+            "tables.join(app, t, t, within=...)"
+        )
+    options = ("timestamp", "id", "validate")
+    differ = [o for o in options if getattr(spec.left, o) != getattr(spec.right, o)]
+    if differ:
+        raise JoinDeclarationError(
+            f"join {spec.name!r}: a self-join reads {spec.left.name!r} once: give its {', '.join(differ)} "
+            "once (the same JoinInput for both sides, or the join's own options)"
+        )
+
+
 def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
     """Refuse, naming the problem, what would make the join wrong or unstartable."""
     if not _TOPIC_NAME.match(spec.name):
@@ -262,7 +284,7 @@ def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
         )
     left, right = spec.input_topics
     if left == right:
-        raise JoinDeclarationError(f"join {spec.name!r}: a self-join of {left!r} is not supported")
+        _check_self_join(spec)
     counts = {t.get_topic_name(): t.partitions for t in (spec.left.topic, spec.right.topic) if t.partitions}
     if len(set(counts.values())) > 1:
         raise JoinDeclarationError(

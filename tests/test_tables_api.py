@@ -107,8 +107,8 @@ def test_bad_declarations_say_what_is_wrong(options: dict[str, Any], message: st
 
 def test_inputs_that_cannot_be_joined_are_refused() -> None:
     app = new_app()
-    with pytest.raises(JoinDeclarationError, match="self-join"):
-        join(app, app.topic("a"), app.topic("a"), within=1)(handler)
+    with pytest.raises(JoinDeclarationError, match="a self-join is 'inner' or 'left'"):
+        join(app, app.topic("a"), app.topic("a"), within=1, how="outer")(handler)
     with pytest.raises(JoinDeclarationError, match="one partition count"):
         join(app, app.topic("a", partitions=4), app.topic("b", partitions=8), within=1)(handler)
     with pytest.raises(JoinDeclarationError, match="one topic"):

@@ -65,8 +65,9 @@ def stream(ref: JoinRef, rows: list[Row], partitions: int, close_inputs: bool = 
     partition's operator advanced to the end of time (as JoinTestDriver.close_inputs)."""
     spec = ref.spec()
     by_side = spec.codecs()
-    codecs = {spec.left.name: by_side["left"], spec.right.name: by_side["right"]}
-    sides = {spec.left.name: "left", spec.right.name: "right"}
+    # A self-join's one topic is its left input (its operator takes each record in both roles).
+    codecs = {spec.right.name: by_side["right"], spec.left.name: by_side["left"]}
+    sides = {spec.right.name: "right", spec.left.name: "left"}
     operators: dict[int, Any] = {}
     out = Outcome(Counter(), [], {"left": 0, "right": 0}, {})
     for row in arrival(rows, spec):

@@ -9,6 +9,10 @@
   acknowledged), and lets the taker finish its in-flight work before a revocation commits.
 - It seeks an input partition on the consumer's own thread (`seek`), and tells the runtime
   what Faust committed (`committed_offsets`) and who this member is (`member_id`).
+- A join input that a Faust stream reads too (an `@app.agent` on the same topic) is handed
+  to both: the join gets the fetch's records, Faust's streams every one of them as usual, and
+  the offset committed is the lower of what the joins are done with and what the agent acked
+  (`agent_topics`, `subscribe`).
 
 A record's path from fetch to commit stays in tables/. Every private name used here is
 declared to `internals.require` below, and checked at start.
@@ -19,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import aiokafka
 from aiokafka.consumer.fetcher import PartitionRecords
@@ -28,7 +32,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from faust.exceptions import ImproperlyConfigured
 from faust.transport.consumer import Consumer as FaustConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Consumer
-from faust.types import TP, AppT
+from faust.types import TP, AppT, TopicT
 
 from assignor import internals
 from assignor.faust_adapter import TandemConsumer, TandemConsumerThread
@@ -61,8 +65,8 @@ class RecordTaker(Protocol):
     """What the consumer asks of the join runtime (tables/runtime/task.py)."""
 
     def takes(self, topic: str) -> bool:
-        """Whether records of `topic` go to the taker instead of Faust's streams (asked in
-        the consumer's thread too)."""
+        """Whether records of `topic` go to the taker (asked in the consumer's thread too):
+        instead of Faust's streams, or beside them when one reads the topic too."""
         ...
 
     async def take(self, records: dict[TP, list[InputRecord]]) -> None:
@@ -92,6 +96,35 @@ class RecordTaker(Protocol):
 
 
 _takers: weakref.WeakKeyDictionary[Any, RecordTaker] = weakref.WeakKeyDictionary()
+# The runtime's own subscriptions to join inputs (`subscribe`): channels Faust delivers nothing to.
+_subscriptions: weakref.WeakSet[Any] = weakref.WeakSet()
+# Per app, the join inputs a Faust stream reads too (kept fresh on the app's loop by the
+# consumer, read by its thread: a whole frozenset is swapped in, never changed in place).
+_shared: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def subscribe(app: AppT, topic: TopicT) -> None:
+    """Have Faust's consumer subscribe to a join input without delivering its records to a
+    Faust stream. The conductor subscribes to the topics of every channel it holds, and
+    delivers a partition's records to the channels that own it: a clone of the topic that
+    owns no partition (Faust's "isolated partitions", with none) gets nothing, while an
+    agent's own channel on the topic still gets every record."""
+    channel = cast(TopicT, topic.clone(active_partitions=set()))
+    _subscriptions.add(channel)
+    app.topics.add(channel)
+
+
+def agent_topics(app: AppT) -> frozenset[str]:
+    """The topics a Faust stream reads (an agent's channel, a `stream` of the topic): the
+    conductor's channels but the runtime's own subscriptions."""
+    return frozenset(
+        name for channel in list(app.topics) if channel not in _subscriptions for name in channel.topics or ()
+    )
+
+
+def shared_topics(app: AppT) -> frozenset[str]:
+    """Join inputs a Faust stream reads too (as last seen on the app's loop)."""
+    return _shared.get(app, frozenset())
 
 
 class JoinConsumerThread(TandemConsumerThread):
@@ -104,8 +137,10 @@ class JoinConsumerThread(TandemConsumerThread):
         return consumer
 
     def _taken_topic(self, topic: str) -> bool:
+        """Whether the records of `topic` may stay as fetched: the join takes them, and no
+        Faust stream reads them (a Faust Event is made of a ConsumerRecord)."""
         taker = _takers.get(self.app)
-        return taker is not None and taker.takes(topic)
+        return taker is not None and taker.takes(topic) and topic not in shared_topics(self.app)
 
 
 class RawRecords:
@@ -186,7 +221,8 @@ def _read_partition(tp: TP, data: bytes | bytearray, keys: RawRecords) -> list[A
 
 
 class JoinConsumer(TandemConsumer):
-    """The assignor's consumer with the join runtime's records taken out of its fetches."""
+    """The assignor's consumer with the join runtime's records taken out of its fetches (or
+    handed to both, for a topic a Faust stream reads too)."""
 
     # While a partition is held back, fetch waits are kept short, so it is fetched soon
     # after it is released (a fetch otherwise waits up to a second for other partitions).
@@ -204,9 +240,15 @@ class JoinConsumer(TandemConsumer):
         if taker.held_back():
             timeout = min(timeout, self.HELD_BACK_FETCH_S)
         generation = self.app.consumer_generation_id
+        shared = _shared[self.app] = frozenset(t for t in agent_topics(self.app) if taker.takes(t))
         records, active = await super()._wait_next_records(timeout)
         if records:
-            taken = {tp: records.pop(tp) for tp in list(records) if taker.takes(tp.topic)}  # type: ignore[attr-defined]
+            taken = {}
+            for tp in list(records):
+                if tp.topic in shared:  # the join reads them, and Faust's streams get them too
+                    taken[tp] = records[tp] = consumer_records(tp, records[tp])  # type: ignore[index]
+                elif taker.takes(tp.topic):
+                    taken[tp] = records.pop(tp)  # type: ignore[attr-defined]
             if not taken:
                 pass
             elif self.flow_active and generation == self.app.consumer_generation_id:
@@ -229,9 +271,51 @@ class JoinConsumer(TandemConsumer):
 
     def _new_offset(self, tp: TP) -> int | None:
         taker = self._taker
-        if taker is not None and taker.takes(tp.topic):
-            return taker.commit_offset(tp)
-        return super()._new_offset(tp)
+        if taker is None or not taker.takes(tp.topic):
+            return super()._new_offset(tp)
+        joined = taker.commit_offset(tp)
+        if tp.topic not in shared_topics(self.app):
+            return joined
+        acked = self._agent_position(tp)  # moved even when the joins are behind
+        return None if joined is None or acked is None else min(joined, acked)
+
+    def _agent_position(self, tp: TP) -> int | None:
+        """The offset below which Faust's streams acked every record of `tp` (None: not known
+        yet). Faust's own `_new_offset` would do for an agent alone, but it measures from the
+        committed offset, which the joins may hold back, and lets one record at its head
+        go unacked: this one goes on from where the streams were, strictly."""
+        done: dict[TP, int | None] = self.__dict__.setdefault("_agent_done", {})
+        position = done.get(tp, self._committed_offset.get(tp))
+        acked: list[int] = self._acked[tp]
+        if acked:
+            acked.extend(self._gap_offsets(tp, max(acked)))
+            acked.sort()
+            if position is not None and acked[0] < position:  # read again, and acked again
+                self._acked_index[tp].difference_update(o for o in acked if o < position)
+                acked[:] = [offset for offset in acked if offset >= position]
+            run = _first_run(acked)
+            if run and (position is None or run[0] == position):
+                del acked[: len(run)]
+                self._acked_index[tp].difference_update(run)
+                position = run[-1] + 1
+        done[tp] = position
+        return position
+
+    def _gap_offsets(self, tp: TP, upto: int) -> list[int]:
+        """Offsets below `upto` that Faust saw skipped in the log (compacted away, or
+        transaction markers): none of them is a record to ack (as Faust's `_new_offset`)."""
+        gaps = self._gap[tp]
+        spans = sorted(gaps.overlap(0, upto), key=lambda gap: gap.begin)
+        found = [offset for gap in spans for offset in range(gap.begin, gap.end)]
+        if found:
+            gaps.chop(0, found[-1] + 1)
+        return found
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        done: dict[TP, int | None] = self.__dict__.setdefault("_agent_done", {})
+        for tp in revoked:
+            done.pop(tp, None)  # its next owner goes on from the committed offset
+        await super().on_partitions_revoked(revoked)
 
     def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterator[TP]:
         yield from super()._filter_tps_with_pending_acks(topics)
@@ -246,6 +330,32 @@ class JoinConsumer(TandemConsumer):
         if taker is not None:
             await taker.quiesce()
         await super().wait_empty()
+
+
+def _first_run(offsets: list[int]) -> list[int]:
+    """The consecutive offsets at the head of a sorted list."""
+    run = offsets[:1]
+    for offset in offsets[1:]:
+        if offset != run[-1] + 1:
+            break
+        run.append(offset)
+    return run
+
+
+def consumer_records(tp: TP, records: list[Any]) -> list[Any]:
+    """A fetch's records of `tp` as ConsumerRecords, what a Faust stream's Event is made of
+    (records left as fetched are made into one: the thread decided before a Faust stream
+    was seen reading their topic)."""
+    if not records or type(records[0]) is aiokafka.ConsumerRecord:
+        return records
+    return [
+        aiokafka.ConsumerRecord(
+            tp.topic, tp.partition, r.offset, r.timestamp, getattr(r, "timestamp_type", 0),
+            r.key, r.value, None, len(r.key) if r.key is not None else -1,
+            len(r.value) if r.value is not None else -1, list(r.headers),
+        )
+        for r in records
+    ]  # fmt: skip
 
 
 def take_records(app: AppT, taker: RecordTaker) -> None:
@@ -289,6 +399,8 @@ internals.require(
 )
 internals.require(__name__, FaustConsumer, "wait_empty", "should_stop")
 internals.require(__name__, FaustConsumer, "_committed_offset", "_read_offset", instance=True)
+internals.require(__name__, FaustConsumer, "_acked", "_acked_index", "_gap", instance=True)
+internals.require(__name__, FaustConsumer, "on_partitions_revoked")
 internals.require(__name__, Consumer, "_thread", instance=True)
 internals.require(__name__, Consumer, "_getmany")
 internals.require(

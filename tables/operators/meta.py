@@ -21,9 +21,9 @@ class StateMeta:
         raw = self.state.get(keys.meta_key(name))
         return None if raw is None else keys.decode_int(raw)
 
-    def _count(self, name: str) -> None:
-        """One more of counter `name`, in the state and marked for the changelog."""
-        value = getattr(self, name) + 1
+    def _count(self, name: str, by: int = 1) -> None:
+        """One more (`by` more) of counter `name`, in the state and marked for the changelog."""
+        value = getattr(self, name) + by
         setattr(self, name, value)
         self.state.put(keys.meta_key(name), keys.encode_int(value))
         self._dirty_meta.add(name)

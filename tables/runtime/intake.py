@@ -50,10 +50,12 @@ class Intake:
         self.offsets = offsets  # the inputs' high watermarks and committed offsets
         self.settings = settings
         self.stats = stats
-        self.sides: dict[str, Side] = {spec.left.name: "left", spec.right.name: "right"}
+        # Each input topic's side (a self-join's one topic: its records are "left", and its
+        # operator takes each in both roles: tables/operators/self_join.py).
+        self.sides: dict[str, Side] = {spec.right.name: "right", spec.left.name: "left"}
         self.codecs: dict[Side, SideCodec] = spec.codecs()
         self.aligner: Aligner[Event] = Aligner(
-            list(spec.input_topics),
+            list(spec.topics),
             max_wait_s=settings.align_max_wait_ms / 1000,
             max_held=settings.align_max_held,
         )
@@ -132,7 +134,7 @@ class Intake:
         written with the state of a batch that released the partition's records. Not for an
         input still below its resume point: the position the state has stays right."""
         found: dict[str, bytes] = {}
-        for topic in self.spec.input_topics:
+        for topic in self.spec.topics:
             tp = TP(topic, partition)
             read = self.read_next.get(tp)
             if read is not None and tp not in self.resume:
@@ -175,7 +177,7 @@ class Intake:
         committed = self.offsets.committed()
         ends: dict[str, int | None] = {}
         starts: dict[str, int | None] = {}
-        for topic in self.spec.input_topics:
+        for topic in self.spec.topics:
             tp = TP(topic, partition)
             ends[topic] = highwater(tp)  # None until a fetch has seen it
             starts[topic] = committed.get(tp)
@@ -257,7 +259,7 @@ class Intake:
         read_next, commit_at, first_held = self.read_next, self.commit_at, self.aligner.first_held
         for partition in partitions:
             firsts = first_held(partition)
-            for topic in self.spec.input_topics:
+            for topic in self.spec.topics:
                 tp = TP(topic, partition)
                 read = read_next.get(tp)
                 if read is None:
@@ -293,7 +295,7 @@ class Intake:
         where reading starts, not known yet)."""
         committed = self.offsets.committed()
         total = 0
-        for topic in self.spec.input_topics:
+        for topic in self.spec.topics:
             tp = TP(topic, partition)
             high = self.offsets.highwater(tp)
             position = self.read_next.get(tp)

@@ -7,9 +7,6 @@ results, so the worker refuses to start instead, naming the topics and counts.
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-from faust.types import AppT
 
 from assignor.clients import Settings, bootstrap_of
 from assignor.faust_adapter import CopartitionError, broker_partition_counts
@@ -27,7 +24,6 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
     """Check the join's topics and create the missing ones (`create`), or, where someone else
     creates topics (`create` False: TANDEM_CREATE_TOPICS=false), check that every one is there
     as the join needs it. Returns the join's partition count."""
-    app = spec.app
     own = [spec.changelog_topic, spec.dead_letter_topic, *([spec.audit_topic] if spec.audit else [])]
     counts = await broker_partition_counts(settings, {*spec.input_topics, *own, *spec.table_changelogs()})
     inputs = {t: counts[t] for t in spec.input_topics if t in counts}
@@ -49,7 +45,6 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
     else:
         await _check_precreated(spec, settings, needed, counts)
     _check_tables(spec, counts, partitions)
-    _check_no_agent_reads(app, spec)
     return partitions
 
 
@@ -132,18 +127,4 @@ def _check_tables(spec: JoinSpec, counts: dict[str, int], partitions: int) -> No
             raise JoinStartupError(
                 f"join {spec.name!r}: table {table.name!r} has {found} partitions, the join {partitions}:"
                 f" declare it with app.Table(..., partitions={partitions})"
-            )
-
-
-def _check_no_agent_reads(app: AppT, spec: JoinSpec) -> None:
-    """The runtime takes a join's records out of the consumer's fetches: an agent on the
-    same topic would silently see none of them."""
-    for agent in app.agents.values():
-        channel: Any = getattr(agent, "channel", None)
-        topics = set(getattr(channel, "topics", None) or ())
-        shared = topics & set(spec.input_topics)
-        if shared:
-            raise JoinStartupError(
-                f"agent {agent.name!r} and join {spec.name!r} both read {sorted(shared)}: the join's "
-                "records never reach an agent; handle them in the join's handler, or read another topic"
             )

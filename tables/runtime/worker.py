@@ -26,7 +26,14 @@ from assignor.faust_adapter import CopartitionError, add_start_check, declare_jo
 from assignor.internals import IncompatibleInternals
 from tables.compiled import PARTS
 from tables.kafka.batches import producer_of, producer_problems
-from tables.kafka.consumer import InputRecord, committed_offsets, seek, take_records
+from tables.kafka.consumer import (
+    InputRecord,
+    committed_offsets,
+    seek,
+    shared_topics,
+    subscribe,
+    take_records,
+)
 from tables.kafka.handler_sends import collect_handler_sends
 from tables.kafka.table_stores import guard_table_stores
 from tables.kafka.topics import topic_ids
@@ -112,13 +119,13 @@ class Runtime:
             self._install()
         task = JoinTask(spec, self)
         self.tasks[spec.name] = task
-        for topic in spec.input_topics:
+        for topic in spec.topics:
             self._by_topic.setdefault(topic, []).append(task)
         declare_join(
-            self.app, topics=[*spec.input_topics, *spec.table_changelogs()], changelog=spec.changelog_topic
+            self.app, topics=[*spec.topics, *spec.table_changelogs()], changelog=spec.changelog_topic
         )
-        for side in (spec.left, spec.right):
-            self.app.topics.add(side.topic)  # Faust subscribes the consumer to what its conductor holds
+        for side in {spec.left.name: spec.left, spec.right.name: spec.right}.values():
+            subscribe(self.app, side.topic)  # what Faust's conductor holds, it subscribes to
 
     def _install(self) -> None:
         # The connection before anything connects (the app's first start, before its services);
@@ -187,10 +194,15 @@ class Runtime:
     async def rewind(self, restart: dict[TP, int]) -> None:
         """Set input partitions back so that every join reading one gets what it has not
         done: to the earliest first-not-done offset of the joins that read it (a join
-        further on skips what it already took: tables/runtime/intake.py)."""
+        further on skips what it already took: tables/runtime/intake.py). A partition an
+        agent reads too goes back to its committed offset, as Faust sets it back at a
+        rebalance: what the agent had not acked was dropped from its queue."""
         committed = committed_offsets(self.app)
+        shared = shared_topics(self.app)
         for tp, offset in restart.items():
             positions = [offset]
+            if tp.topic in shared:
+                positions.append(committed.get(tp) or 0)  # nothing committed: from the start
             for task in self._by_topic.get(tp.topic, []):
                 done = task.taken_upto(tp)
                 positions.append(done if done is not None else committed.get(tp) or 0)

@@ -151,7 +151,7 @@ class JoinTestDriver:
         self.inputs = MemoryInputs()
         self._producer = MemoryProducer(self.log)
         self._topics: dict[str, TopicT] = {spec.left.name: spec.left.topic, spec.right.name: spec.right.topic}
-        self._sides: dict[str, Side] = {spec.left.name: "left", spec.right.name: "right"}
+        self._sides: dict[str, Side] = {spec.right.name: "right", spec.left.name: "left"}  # self-join: "left"
         self.stats = JoinStats()
         self._codecs = spec.codecs()
         self._offsets: dict[tuple[str, int], int] = {}

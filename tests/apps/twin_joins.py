@@ -88,3 +88,20 @@ for how, (before, after, grace) in STR_WINDOWS.items():
         name=f"{how}-str",
         partitioner={"right": "crc32", "outer": "none"}.get(how, "murmur2"),  # type: ignore[arg-type]
     )(ignore)
+
+# Self-joins (a topic joined with itself, docs/join-semantics.md "Self-joins"): inner with str
+# keys, offsets and the Kafka timestamp; left with Record values, ids and a time field.
+SELF_WINDOWS = {"self-inner-str": ("inner", 3, 1, 1), "self-left-int": ("left", 0, 2, 1)}
+for name, (how, before, after, grace) in SELF_WINDOWS.items():
+    if name.endswith("-str"):
+        events = app.topic(
+            name, key_type=str, key_serializer="raw", value_serializer="json", partitions=PARTITIONS
+        )
+        options: dict[str, Any] = {}
+    else:
+        events = app.topic(name, key_type=int, key_serializer="json", value_type=Event, partitions=PARTITIONS)
+        options = {"timestamp": "ts", "id": "id"}
+    join(
+        app, events, events, before=ms(before), after=ms(after), grace=ms(grace), how=how,  # type: ignore[arg-type]
+        name=name, **options,
+    )(ignore)  # fmt: skip
