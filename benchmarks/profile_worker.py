@@ -48,7 +48,8 @@ AREAS = [
     ("the app's handler and its results", "benchmarks/enrich_app.py"),
     ("the app's handler and its results", "tables/runtime/results.py"),
     ("results and dead letters produced", "Collector.send"),
-    ("changelog produced, state written to RocksDB", "JoinState.commit"),
+    ("changelog produced, state written to RocksDB", "JoinState.send_changes"),
+    ("changelog produced, state written to RocksDB", "JoinState.write"),
     ("aiokafka's producer (requests)", "aiokafka/producer"),
     ("Faust's producer (the app's table updates)", "faust/transport/producer.py"),
     ("the rest of a batch", "JoinTask._process"),
@@ -129,7 +130,14 @@ async def _load(bootstrap: str, impressions: int) -> tuple[Settings, int]:
 
 
 def profile(
-    join: str, impressions: int, keys: int, trades: int, seconds: int, timeout: float, within: str | None
+    join: str,
+    impressions: int,
+    keys: int,
+    trades: int,
+    seconds: int,
+    timeout: float,
+    within: str | None,
+    keep_raw: Path | None = None,
 ) -> str:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -177,6 +185,8 @@ def profile(
                 print("note: the backlog ran out before the profile ended (idle in it)", file=sys.stderr)
         finally:
             worker.stop(10)
+        if keep_raw is not None:
+            shutil.copyfile(raw, keep_raw)
         found = table(*shares(raw), what, seconds)
         if within:
             _, _, total_samples = shares(raw)
@@ -199,9 +209,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=8, help="how long py-spy samples")
     parser.add_argument("--timeout", type=float, default=120.0, help="for the worker's first record, seconds")
     parser.add_argument("--within", help="also list the frames under this one (e.g. Intake.check)")
+    parser.add_argument("--keep-raw", type=Path, help="also keep py-spy's raw samples in this file")
     args = parser.parse_args()
     sizes = (args.impressions, args.keys, args.trades)
-    print(profile(args.join, *sizes, args.seconds, args.timeout, args.within))
+    print(profile(args.join, *sizes, args.seconds, args.timeout, args.within, args.keep_raw))
 
 
 if __name__ == "__main__":
