@@ -40,11 +40,10 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-
-from app.records import MAX_VALUE_BYTES, Click, Impression, check_event
 from aiokafka.structs import ConsumerRecord
 from faust.types import TP
 
+from app.records import MAX_VALUE_BYTES, Click, Impression, check_event
 from app.traffic import ad_events
 from tables.records import codecs, sides
 from tables.records.codecs import SideCodec, key_check, value_form

@@ -18,11 +18,10 @@ from functools import partial
 import faust
 import orjson
 import pytest
-from hypothesis import event, given, settings
-from hypothesis import strategies as st
-
 from aiokafka.structs import ConsumerRecord
 from faust.types import TP
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from tables.records import codecs, sides
 from tables.records.codecs import DROPPED, MAX_TS_MS, Accepted, SideCodec, key_check, value_form
