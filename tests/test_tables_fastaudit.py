@@ -18,7 +18,7 @@ from tables.operators.base import Match, fingerprint
 from tables.runtime import output
 from tables.runtime.output import AUDIT, Collector
 
-pytest.importorskip(
+fastjoin = pytest.importorskip(
     "tables.operators._fastjoin",
     reason="tables.operators._fastjoin is not built (python setup.py build_ext --inplace)",
 )
@@ -27,10 +27,11 @@ pytest.importorskip(
 @pytest.fixture(autouse=True)
 def compiled_audit() -> Iterator[None]:
     """The compiled audit whatever TANDEM_PURE_PYTHON says: the one under test here."""
-    was = AUDIT.fast
+    was = AUDIT.fast, AUDIT.bound
+    AUDIT.bound = fastjoin.audit_many
     AUDIT.use(True)
     yield
-    AUDIT.fast = was
+    AUDIT.fast, AUDIT.bound = was
 
 
 def collector(writer: str) -> Collector:
