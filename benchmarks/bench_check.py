@@ -14,7 +14,12 @@ them. Rows:
 - `accept, no validate`: the same without `validate` (the check's own part: decode, field
   checks, the record built only for validate, so here not at all);
 - `stored`: `SideCodec.value`, the record read back from the state for a result's partner
-  (decode and build).
+  (decode and build);
+- `fetch loop`: `check_records` (tables/records/sides.py) over aiokafka `ConsumerRecord`s,
+  2,000 per call as `Intake.check` hands them, the events built: compiled, one call per
+  fetched partition (`_fastcheck.check_many`), against the Python loop calling the compiled
+  accept per record (`python_check_records`); both with `validate`. Its Python column is
+  the worker's path before the loop was compiled, so the ratio is the loop's alone.
 
 Each row is run compiled (tables/records/_fastcheck.pyx) and in Python (the closure the compiled
 one hands odd records to: what runs where it is not built, or with TANDEM_PURE_PYTHON=1),
@@ -35,10 +40,12 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from aiokafka.structs import ConsumerRecord
+from faust.types import TP
 
 from app.records import MAX_VALUE_BYTES, Click, Impression, check_event
 from app.traffic import ad_events
-from tables.records import codecs
+from tables.records import codecs, sides
 from tables.records.codecs import SideCodec, key_check, value_form
 
 BATCH = 2000
@@ -99,6 +106,26 @@ def run_stored(values: dict[str, Callable[[bytes], Any]], by_side: dict[str, lis
     return timed_batches(values, by_side, lambda value_of, rows: [value_of(row[1]) for row in rows])
 
 
+def run_fetch_loop(
+    loop: Callable[..., sides.Checked], made: dict[str, SideCodec], fetched: dict[str, list[Any]]
+) -> float:
+    """CPU seconds for `loop` (`check_records` or its Python reference) over every side's
+    fetched records, a batch per call, every record accepted."""
+    clock = time.process_time
+    spent = 0.0
+    for side, rows in fetched.items():
+        tp = TP(side, 0)
+        for at in range(0, len(rows), BATCH):
+            letters: list[Any] = []
+            built: dict[int, Any] = {}
+            start = clock()
+            checked = loop(made[side], side, tp, rows[at : at + BATCH], letters, built)
+            spent += clock() - start
+            if letters or len(checked.events) != len(rows[at : at + BATCH]):
+                raise SystemExit(f"fetch loop: {len(letters)} records rejected")
+    return spent
+
+
 def same(a: Any, b: Any) -> bool:
     """Equal answers: the same (ts, id) and a record of the same type and fields, or equal."""
     if type(a) is tuple and type(b) is tuple:
@@ -151,6 +178,14 @@ def main() -> None:
             if not same(values[side](row[1]), python_values[side](row[1])):
                 raise SystemExit("stored: the compiled and the Python record differ")
     rows["stored"] = (lambda: run_stored(values, by_side), lambda: run_stored(python_values, by_side))
+    fetched = {
+        side: [ConsumerRecord(side, 0, o, ts, 0, k, v, None, 0, 0, []) for k, v, o, ts in rows_of_side]
+        for side, rows_of_side in by_side.items()
+    }
+    rows["fetch loop"] = (
+        lambda: run_fetch_loop(sides.check_records, with_validate, fetched),
+        lambda: run_fetch_loop(sides.python_check_records, with_validate, fetched),
+    )
     spent: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
         for name, runs in rows.items():

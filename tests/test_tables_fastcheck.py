@@ -18,10 +18,12 @@ from functools import partial
 import faust
 import orjson
 import pytest
+from aiokafka.structs import ConsumerRecord
+from faust.types import TP
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tables.records import codecs
+from tables.records import codecs, sides
 from tables.records.codecs import DROPPED, MAX_TS_MS, Accepted, SideCodec, key_check, value_form
 from tests.tables_helpers import compiled_at_import
 
@@ -334,6 +336,68 @@ def test_the_compiled_accept_decides_as_the_python_accept_and_check(
         if covered:
             event(f"{'handed over' if len(handed) > before else 'compiled'}: {by_compiled[0]}")
     assert calls["compiled"].calls == calls["python"].calls == calls["check"].calls
+
+
+def _checked_state(
+    run: Callable[[], typing.Any], letters: list[typing.Any], built: dict[int, typing.Any]
+) -> tuple[typing.Any, ...]:
+    """A loop over a fetch's records (`check_records`) as comparable data: what it returned
+    (or raised), the dead letters, and each value built on arrival (its type and state)."""
+    try:
+        got = run()
+    except Exception as error:
+        got = ("raised", type(error), str(error))
+    else:
+        got = (list(got.offsets), list(got.stamps), list(got.events), got.nulls)
+    kept = {key: (value, type(made), _state(made)) for key, (value, made) in built.items()}
+    return got, list(letters), kept
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.sampled_from(sorted(MODELS)),
+    st.sampled_from([str, str, int, bytes]),
+    st.sampled_from([None, "ts", "ts", "missing"]),
+    st.sampled_from([None, "event_id", "event_id", "ts", ""]),
+    st.booleans(),
+    st.sampled_from([None, None, 64, 0]),
+    st.sampled_from(["left", "right"]),
+    st.data(),
+)
+def test_the_compiled_loop_over_a_fetch_checks_as_the_python_loop(
+    model_name: str,
+    key_type: typing.Any,
+    timestamp: str | None,
+    record_id: str | None,
+    validated: bool,
+    max_value_bytes: int | None,
+    side: str,
+    data: st.DataObject,
+) -> None:
+    """`check_records` compiled (`check_many`, one call per fetched partition) against the
+    Python loop with the Python accept (the reference): the same events, offsets, times, null
+    count, dead letters (reason and all) and values built on arrival, or the same exception;
+    `validate` called as often with the same arguments. On aiokafka's own record objects."""
+    model = MODELS[model_name]
+    drawn = data.draw(st.lists(st.tuples(_keys, values(model), _offsets, _message_ts), max_size=12))
+    records = [
+        ConsumerRecord("events", 3, offset, message_ts, 0, key, value, None, 0, 0, [])
+        for key, value, offset, message_ts in drawn
+    ]
+    calls, made = codecs_for(
+        ("python", "compiled"), model, key_type, timestamp, record_id, max_value_bytes, validated
+    )
+    made["python"].accept = made["python"].python_accept  # the reference: no compiled part
+    tp = TP("events", 3)
+    runs = {}
+    for name, loop in (("python", sides.python_check_records), ("compiled", sides.check_records)):
+        letters: list[typing.Any] = []
+        built: dict[int, typing.Any] = {}
+        run = partial(loop, made[name], side, tp, records, letters, built)  # type: ignore[arg-type]
+        runs[name] = _checked_state(run, letters, built)
+    assert runs["compiled"] == runs["python"]
+    assert calls["compiled"].calls == calls["python"].calls
+    event(f"compiled accept: {made['compiled'].compiled}")
 
 
 _good_keys = {

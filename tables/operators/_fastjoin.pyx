@@ -27,6 +27,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport Py_LT, PyObject, PyObject_RichCompareBool
 from cpython.set cimport PySet_Add, PySet_Contains, PySet_Discard
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint64_t
+from libc.stdio cimport snprintf
 from libc.string cimport memcpy
 
 from heapq import heappop, heappush
@@ -570,3 +571,101 @@ def process_many(join: object, events: object) -> list:
                 results += join._process_many_python(it)
                 break
     return results
+
+
+# -- the audit records (a join's `audit` option) -----------------------------------------
+
+cdef extern from *:
+    """
+    static const char FJ_HEX[] = "0123456789abcdef";
+    """
+    const char *FJ_HEX
+
+cdef bytes _NULL_PART = b"\xff\xff\xff\xff"
+
+
+cdef Py_ssize_t _part_size(object value):
+    """The bytes a key or value takes in the fingerprint's input, or -1: not exactly bytes,
+    or too long for its 4-byte length (the reference decides it)."""
+    if value is None:
+        return 4
+    if type(value) is not bytes or PyBytes_GET_SIZE(value) > 0xFFFFFFFF:
+        return -1
+    return 4 + PyBytes_GET_SIZE(value)
+
+
+cdef char *_put_part(char *p, object value):
+    cdef Py_ssize_t n
+    if value is None:
+        memcpy(p, PyBytes_AS_STRING(_NULL_PART), 4)
+        return p + 4
+    n = PyBytes_GET_SIZE(value)
+    fj_be32(p, <unsigned int>n)
+    memcpy(p + 4, PyBytes_AS_STRING(value), n)
+    return p + 4 + n
+
+
+cdef object _audit_one(object partition, object match, bytes writer_json, object blake2b):
+    """`audit_value` of one result (tables/runtime/output.py, the reference), or None where
+    the reference must decide (a field of another type or out of range)."""
+    cdef object key = match[0], left = match[1], right = match[2], ts = match[3]
+    cdef int overflow = 0
+    cdef long long ts_n, partition_n
+    if type(key) is not bytes or type(ts) is not int or type(partition) is not int:
+        return None
+    ts_n = PyLong_AsLongLongAndOverflow(ts, &overflow)
+    if overflow:
+        return None
+    partition_n = PyLong_AsLongLongAndOverflow(partition, &overflow)
+    if overflow:
+        return None
+    cdef Py_ssize_t nk = _part_size(key), nl = _part_size(left), nr = _part_size(right)
+    if nk < 0 or nl < 0 or nr < 0:
+        return None
+    # The fingerprint's input (`fingerprint`, tables/operators/base.py): each part length-prefixed.
+    cdef bytes data = PyBytes_FromStringAndSize(NULL, nk + nl + nr + 8)
+    cdef char *p = PyBytes_AS_STRING(data)
+    p = _put_part(p, key)
+    p = _put_part(p, left)
+    p = _put_part(p, right)
+    fj_be64(p, <uint64_t>ts_n)
+    cdef bytes digest = blake2b(data, digest_size=16).digest()
+    # orjson's JSON of {"partition", "ts", "fingerprint" (hex), "writer"}, in that order.
+    cdef char head[96]
+    cdef int head_n = snprintf(head, sizeof(head), b'{"partition":%lld,"ts":%lld,"fingerprint":"',
+                               partition_n, ts_n)
+    cdef Py_ssize_t wn = PyBytes_GET_SIZE(writer_json)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, head_n + 32 + 11 + wn + 1)
+    cdef char *o = PyBytes_AS_STRING(out)
+    memcpy(o, head, head_n)
+    o += head_n
+    cdef const unsigned char *d = <const unsigned char *>PyBytes_AS_STRING(digest)
+    cdef int i
+    for i in range(16):
+        o[2 * i] = FJ_HEX[d[i] >> 4]
+        o[2 * i + 1] = FJ_HEX[d[i] & 15]
+    o += 32
+    memcpy(o, b'","writer":', 11)
+    o += 11
+    memcpy(o, PyBytes_AS_STRING(writer_json), wn)
+    o[wn] = c'}'
+    return out
+
+
+def audit_many(feed, dict audited, str writer, object reference, object dumps, object blake2b):
+    """`Collector.audit` compiled: for each (partition, Match) of `feed`, its audit record
+    (key, value, no headers) appended to `audited[partition]`, the value as `reference`
+    (`audit_value`) makes it, which makes those this does not cover. `dumps`: orjson.dumps,
+    for the writer's JSON (once); `blake2b`: hashlib's."""
+    cdef bytes writer_json = dumps(writer)
+    cdef object value
+    cdef list records
+    for partition, match in feed:
+        # The partition's list first, as the reference's setdefault(...).append(...) makes it.
+        records = audited.get(partition)
+        if records is None:
+            records = audited[partition] = []
+        value = _audit_one(partition, match, writer_json, blake2b)
+        if value is None:
+            value = reference(partition, match, writer)
+        records.append((match[0], value, ()))

@@ -14,6 +14,7 @@ from faust.types import AppT, TopicT
 
 from tables.operators.base import Event, Side
 from tables.records.codecs import (
+    CHECK,
     DROPPED,
     IdSpec,
     Rejected,
@@ -69,7 +70,25 @@ def check_records(
 ) -> Checked:
     """Each record through its side's check (tables/records/codecs.py): accepted ones become
     events (and their values built on arrival go into `built`, by the id of their bytes),
-    rejected ones dead letters (into `letters`), null values are counted."""
+    rejected ones dead letters (into `letters`), null values are counted. The loop over the
+    records is compiled where the check is (tables/records/_fastcheck.pyx `check_many`: no
+    Python frame per record); `python_check_records` is its reference."""
+    fast = CHECK.fast
+    if fast is not None:
+        many = fast.check_many(codec.accept, side, tp.topic, tp.partition, records, letters, built, DROPPED)
+        return Checked(*many)
+    return python_check_records(codec, side, tp, records, letters, built)
+
+
+def python_check_records(
+    codec: SideCodec,
+    side: Side,
+    tp: Partition,
+    records: Sequence[Record],
+    letters: list[Letter],
+    built: dict[int, tuple[bytes, Any]],
+) -> Checked:
+    """`check_records` in Python: the reference of the compiled loop."""
     accept = codec.accept
     offsets: list[int] = []
     stamps: list[int] = []

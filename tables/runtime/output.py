@@ -17,13 +17,14 @@ import logging
 import os
 import uuid
 import zlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from faust.types import AppT
 from faust.types.tuples import FutureMessage
 
+from tables.compiled import CompiledPart
 from tables.kafka.batches import RecordsTooLarge, producer_of, start_sending
 from tables.kafka.handler_sends import collected_records, fail_sends, send_record, settle_sends
 from tables.operators.base import Match, fingerprint
@@ -65,7 +66,15 @@ class Collector:
     def audit(self, feed: list[tuple[int, Match]]) -> None:
         """One audit record per result handed to the handler (`audit_value` below; its fingerprint:
         tables/operators/base.py), sent with the batch's output to the result's partition of the
-        audit topic."""
+        audit topic. Compiled where it is built (`AUDIT`: one call for the batch's results);
+        `python_audit` is its reference."""
+        fast = AUDIT.fast
+        if fast is not None:
+            fast(feed, self.audited, self.writer, audit_value, orjson.dumps, hashlib.blake2b)
+        else:
+            self.python_audit(feed)
+
+    def python_audit(self, feed: list[tuple[int, Match]]) -> None:
         audited, writer = self.audited, self.writer
         for partition, match in feed:
             audited.setdefault(partition, []).append((match.key, audit_value(partition, match, writer), ()))
@@ -206,6 +215,12 @@ class Collector:
             letter_key = key if key is None or len(key) <= LETTER_KEEPS_BYTES else key[:LETTER_KEEPS_BYTES]
             out.setdefault(partition, []).append((letter_key, orjson.dumps(letter), ()))
         return out
+
+
+# tables/operators/_fastjoin.pyx's `audit_many`, where it is built and in use (`AUDIT.active`).
+AUDIT: CompiledPart[Callable[..., None]] = CompiledPart(
+    "tables.operators._fastjoin", lambda module: module.audit_many, "the audit records' fingerprints"
+)
 
 
 def audit_value(partition: int, match: Match, writer: str) -> bytes:
