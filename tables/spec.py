@@ -15,7 +15,7 @@ from typing import Any, Literal
 from faust.models.record import Record
 from faust.types import AppT, TableT, TopicT
 
-from tables.operators.base import JoinKind, Side
+from tables.operators.base import JoinKind, Side, null_key_sides
 from tables.operators.temporal import TemporalKind
 from tables.operators.windowed import JoinType, JoinWindow
 from tables.records.codecs import IdSpec, SideCodec, TimestampSpec, Validate, record_fields
@@ -124,6 +124,7 @@ class JoinSpec:
     def codecs(self) -> dict[Side, SideCodec]:
         """Each input's record check (tables/records/sides.py), from its topic and options."""
         table = self.kind.table_side
+        unkeyed = null_key_sides(self.kind)
         inputs: tuple[tuple[Side, JoinInput], ...] = (("left", self.left), ("right", self.right))
         return {
             side: side_codec(
@@ -137,6 +138,7 @@ class JoinSpec:
                 max_future_ms=self.max_future_ms,
                 max_record_bytes=self.record_limit,
                 deletes=side == table,
+                null_keys=side in unkeyed,
             )  # fmt: skip
             for side, found in inputs
         }

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from faust.types import TP, AppT
 
 from tables.kafka.consumer import InputRecord
-from tables.operators.base import Event, Match, Operator, counters_of
+from tables.operators.base import InputEvent, Match, Operator, counters_of, join_events
 from tables.records.sides import Letter
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler
@@ -376,14 +376,15 @@ class JoinTask:
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
 
-    async def _join(self, operator: Operator, events: list[Event]) -> list[Match]:
+    async def _join(self, operator: Operator, events: list[InputEvent]) -> list[Match]:
         """The operator's matches for a partition's events, CHUNK_RECORDS at a time (the same
-        as all at once: it takes them in order), the event loop given turns in between."""
+        as all at once: it takes them in order), the event loop given turns in between; a
+        null-keyed record (of a side that takes them) is a result with no partner at once."""
         if len(events) <= CHUNK_RECORDS:
-            return operator.process_many(events)
+            return join_events(operator.process_many, events)
         matches: list[Match] = []
         for start in range(0, len(events), CHUNK_RECORDS):
-            matches += operator.process_many(events[start : start + CHUNK_RECORDS])
+            matches += join_events(operator.process_many, events[start : start + CHUNK_RECORDS])
             await self._give_turn()
         return matches
 

@@ -318,7 +318,7 @@ class JoinTestDriver:
         left, right = self._codecs["left"], self._codecs["right"]
         return [
             JoinResult(
-                left.key(m.key),
+                None if m.key is None else left.key(m.key),
                 None if m.left is None else left.value(m.left),
                 None if m.right is None else right.value(m.right),
                 m.timestamp,
@@ -384,7 +384,7 @@ class JoinTestDriver:
 
     def _partition(self, key: bytes | None) -> int:
         if key is None:
-            return 0  # dead-lettered as a null key: any partition will do
+            return 0  # a null key goes anywhere (dead-lettered, or a lone result: KIP-962)
         partitioner = self.spec.partitioner if self.spec.partitioner != "none" else "murmur2"
         return partition_for(key, self.partitions, partitioner)
 
