@@ -85,6 +85,9 @@ class JoinSpec:
     headers: Sequence[tuple[str, bytes]] = field(default_factory=tuple)
     # Write one audit record per result to `audit_topic` (tables/runtime/output.py).
     audit: bool = False
+    # Quiet for this long (wall clock, ms) with its inputs read to their end, a partition's
+    # stream time follows the wall clock (None: never; docs/join-semantics.md, "Idle partitions").
+    idle_ms: int | None = None
 
     @property
     def record_limit(self) -> int:
@@ -157,6 +160,14 @@ def duration_ms(value: Duration | None, what: str) -> int | None:
     if ms < 0:
         raise JoinDeclarationError(f"{what} must not be negative, not {value!r}")
     return int(ms)
+
+
+def idle_ms_of(idle: Duration | None) -> int | None:
+    """The `idle` option in ms (None: off); at least a millisecond."""
+    found = duration_ms(idle, "idle")
+    if found is not None and found < 1:
+        raise JoinDeclarationError(f"idle={idle!r}: give a positive duration, or None to turn it off")
+    return found
 
 
 def window_of(
