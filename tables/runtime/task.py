@@ -251,7 +251,7 @@ class JoinTask:
         nothing held for event-time order, on which no record has arrived for `idle_ms` of the
         clock, has its stream time moved to what it was after its last record plus the time
         since (event time taken to pass as the wall clock does). What falls due is handed over,
-        marked idle in the audit, and committed as a batch."""
+        marked idle in the audit, and committed as a batch with the other partitions moved."""
         idle_ms = self.spec.idle_ms
         async with self._working:
             state = self.state
@@ -270,7 +270,11 @@ class JoinTask:
                 target = base + quiet_ms
                 if operator.stream_time is not None and target > operator.stream_time:
                     matches[partition] = operator.advance(target)
-            if matches:
+            # Committed only when something came out: a quiet partition's clock moves every
+            # second, and writing its stream time each time would fill the changelog for
+            # nothing (uncommitted, it goes with the partition's next batch; lost in a crash,
+            # the clock starts again from the stream time the state has).
+            if any(matches.values()):
                 await self._hand_over(matches, [], set(matches), idle=True)
 
     def _read_to_end(self, partition: int) -> bool:
