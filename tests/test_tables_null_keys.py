@@ -14,6 +14,7 @@ import pytest
 
 from tables import JoinResults, TandemAssignor, join, join_table
 from tables.operators.base import Match, fingerprint, join_events, null_key_sides
+from tables.records.codecs import DROPPED, Rejected
 from tables.testing import JoinTestDriver
 
 pytestmark = pytest.mark.usefixtures("join_loop")  # the compiled loop and the pure-Python one
@@ -157,3 +158,18 @@ def test_the_sides_that_take_null_keys() -> None:
     enrich, _ = enrichment("left")
     assert null_key_sides(paired.kind) == {"left", "right"}
     assert null_key_sides(enrich.kind) == {"left"}  # never the table
+
+
+def test_the_codecs_accept_a_null_key_only_on_the_sides_that_take_it() -> None:
+    enrich, _ = enrichment("left")
+    codecs = enrich.codecs()
+    stream, table = codecs["left"], codecs["right"]
+    value = b'{"order": 1, "ts": 5}'
+    for accept in (stream.accept, stream.python_accept):  # compiled (where built) and the reference
+        found = accept(None, value, 3, 0)
+        assert type(found) is tuple and found[:2] == (5, (3).to_bytes(8, "big"))
+        assert accept(None, None, 4, 0) is DROPPED  # a null value is dropped, whatever the key
+        assert accept(None, b"{not json", 5, 0) == Rejected("malformed JSON: JSONDecodeError", "undecodable")
+    assert table.accept(None, value, 3, 0) == Rejected("null Kafka key", "null_key")
+    inner, _ = enrichment("inner")
+    assert inner.codecs()["left"].accept(None, value, 3, 0) == Rejected("null Kafka key", "null_key")
