@@ -89,10 +89,10 @@ async def enrich(results: JoinResults[str, Trade, Quote]) -> None:
         assert trade is not None  # a left join: every result has its trade
         mid = (quote.bid_cents + quote.ask_cents) // 2 if quote is not None else None
         await enriched.send(
-            key=symbol,
+            key=symbol,  # None for a trade produced without a key: it comes out un-priced (KIP-962)
             value=EnrichedTrade(
                 trade_id=trade.trade_id,
-                symbol=symbol,
+                symbol=trade.symbol if symbol is None else symbol,
                 qty=trade.qty,
                 price_cents=trade.price_cents,
                 ts=ts,
@@ -101,7 +101,8 @@ async def enrich(results: JoinResults[str, Trade, Quote]) -> None:
                 slippage_cents=trade.price_cents - mid if mid is not None else None,
             ),
         )
-        notional[symbol] += trade.qty * trade.price_cents  # keyed by the join key: its partition
+        if symbol is not None:  # keyed by the join key: its partition (a keyless trade has none)
+            notional[symbol] += trade.qty * trade.price_cents
 
 
 @app.page("/notional/{symbol}/")

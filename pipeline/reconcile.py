@@ -12,6 +12,10 @@ same fingerprints from the input (pipeline/twin.py). Reconcile compares the two 
 - late_by_stream_only: missing, but one of its records is late-prone: the stream may have read
   it after later records of its own input partition and dropped it as late (docs/pipeline.md);
 - spurious (fails): handed to the handler, not a result of the twin;
+- idle_only: handed to the handler by an idle partition's clock (the join's `idle` option: its
+  audit record says `"idle": true`), not a result of the twin: the stream's time moved on with
+  the wall clock past where the input's event time ever got (docs/join-semantics.md, "Idle
+  partitions"). Not a failure; the report also counts every result released so (`idle`);
 - redelivered (fails with `--strict-duplicates`): more copies than the twin's, written by two
   or more writers (worker processes or assignments): the at-least-once window of a crash or
   a rebalance;
@@ -50,10 +54,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 RESULT_CATEGORIES = (
-    "matched", "missing", "late_by_stream_only", "spurious", "redelivered", "repeated", "misplaced",
+    "matched", "missing", "late_by_stream_only", "spurious", "idle_only", "redelivered", "repeated",
+    "misplaced",
 )  # fmt: skip
 LETTER_CATEGORIES = ("matched", "missing", "spurious", "other_category", "redelivered")
-AUDIT_SCHEMA = "partition int, ts long, fingerprint string, writer string"
+AUDIT_SCHEMA = "partition int, ts long, fingerprint string, writer string, idle boolean"
 LETTER_SCHEMA = (
     "join string, topic string, partition int, offset long, reason string, category string, key string"
 )
@@ -74,6 +79,7 @@ class Report:
     strict_duplicates: bool = False
     allow_misplaced: bool = False
     strict_counters: bool = False
+    idle_results: int = 0  # audit records of results released by an idle partition's clock
 
     @property
     def counters_differ(self) -> dict[str, int]:
@@ -107,6 +113,7 @@ class Report:
         lines.append(
             "  results:      " + "  ".join(f"{c}={self.results.get(c, 0):,}" for c in RESULT_CATEGORIES)
         )
+        lines.append(f"    released by an idle partition's clock (the `idle` option): {self.idle_results:,}")
         lines += ["", f"  {'partition':>9} " + " ".join(f"{c[:12]:>12}" for c in RESULT_CATEGORIES)]
         for row in self.by_partition:
             lines.append(
@@ -217,6 +224,7 @@ def compare_results(
         F.countDistinct("writer").alias("writers"),
         F.min("partition").alias("a_partition"),
         F.first(F.col("key").cast("string")).alias("a_key"),
+        F.max(F.coalesce("idle", F.lit(False)).cast("int")).alias("idle"),
     )
     placed = (
         audit.select("fingerprint", F.col("partition").alias("p"))
@@ -239,7 +247,8 @@ def compare_results(
             F.least(copies, wanted).alias("matched"),
             F.when(~F.coalesce("prone", F.lit(False)), short).otherwise(0).alias("missing"),
             F.when(F.coalesce("prone", F.lit(False)), short).otherwise(0).alias("late_by_stream_only"),
-            F.when(F.col("expected").isNull(), copies).otherwise(0).alias("spurious"),
+            F.when(F.col("expected").isNull() & (F.col("idle") == 0), copies).otherwise(0).alias("spurious"),
+            F.when(F.col("expected").isNull() & (F.col("idle") == 1), copies).otherwise(0).alias("idle_only"),
             F.when(F.col("expected").isNotNull() & (F.col("writers") > 1), extra)
             .otherwise(0)
             .alias("redelivered"),
@@ -356,6 +365,8 @@ def reconcile(
     examples: int = 20,
 ) -> Report:
     """The report of the stream's output (audit, dead letters, changelog) against `twin`."""
+    from pyspark.sql import functions as F
+
     spec = ref.spec()
     audit = audit_records(spark, connection, audit_topic or spec.audit_topic)
     module = kind_module(spec.kind.name)
@@ -368,8 +379,10 @@ def reconcile(
         "twin": twin_counters(twin),
         "stream": stream_counters(spark, connection, spec.changelog_topic, counter_names(twin)),
     }
-    return Report(spec.name, results, by_partition, shown, letters, letter_examples, handler_errors, counters,
-                  misplaced_inputs(twin))  # fmt: skip
+    report = Report(spec.name, results, by_partition, shown, letters, letter_examples, handler_errors,
+                    counters, misplaced_inputs(twin))  # fmt: skip
+    report.idle_results = audit.filter(F.coalesce("idle", F.lit(False))).count()
+    return report
 
 
 def build_parser() -> argparse.ArgumentParser:

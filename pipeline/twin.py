@@ -228,7 +228,7 @@ class Finisher:
         raw = {name: batch.column(name).to_pylist() for name in batch.schema.names}
         keys, lefts, rights, stamps = raw["key"], raw["left"], raw["right"], raw["ts"]
         columns: dict[str, list[Any]] = {
-            "key": [self.key(k) for k in keys],
+            "key": [None if k is None else self.key(k) for k in keys],
             "left": [None if v is None else self.values["left"](v) for v in lefts],
             "right": [None if v is None else self.values["right"](v) for v in rights],
             "ts": stamps,

@@ -41,6 +41,7 @@ from tables.spec import (
     as_input,
     check_spec,
     duration_ms,
+    idle_ms_of,
     join_type_of,
     temporal_kind_of,
     window_of,
@@ -99,7 +100,7 @@ def join(
       records of its key within the window, never with itself ("inner" or "left";
       docs/join-semantics.md, "Self-joins").
     - `options` (`JoinOptions`, the same for every kind of join): `name`, `timestamp`, `id`,
-      `partitioner`, `tables`, `max_value_bytes`, `max_future`, `audit`.
+      `partitioner`, `tables`, `max_value_bytes`, `max_future`, `audit`, `idle`.
 
     The handler receives a `JoinResults` stream; it may send to topics and update tables.
     Input offsets are committed only after the handler has taken every result they
@@ -173,6 +174,11 @@ class JoinOptions(TypedDict, total=False):
     - `audit`: also write, for every result handed to the handler, a small record (its
       partition, time and fingerprint) to `{app id}-{name}-audit`, with the batch's output:
       what `python -m pipeline reconcile` compares with the batch twin (docs/pipeline.md).
+    - `idle`: off (None) by default. A timedelta (or seconds): once both inputs of a partition
+      have been read to their end and nothing has arrived on it for that long, its stream time
+      moves on with the wall clock, so that what waits on it (a grace, a window) is released
+      on a quiet partition. Results released so are marked in the audit (`"idle": true`). It
+      trades determinism for latency (docs/join-semantics.md, "Idle partitions").
     """
 
     name: str | None
@@ -183,6 +189,7 @@ class JoinOptions(TypedDict, total=False):
     max_value_bytes: int | None
     max_future: Duration | None
     audit: bool
+    idle: Duration | None
 
 
 JOIN_OPTION_DEFAULTS: JoinOptions = {
@@ -194,6 +201,7 @@ JOIN_OPTION_DEFAULTS: JoinOptions = {
     "max_value_bytes": DEFAULT_MAX_VALUE_BYTES,
     "max_future": DEFAULT_MAX_FUTURE,
     "audit": False,
+    "idle": None,
 }
 
 
@@ -227,6 +235,7 @@ def join_of_kind(
             max_value_bytes=options["max_value_bytes"],
             max_future_ms=duration_ms(options["max_future"], "max_future"),
             audit=options["audit"],
+            idle_ms=idle_ms_of(options["idle"]),
         )
         return declared(spec)
 

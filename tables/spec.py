@@ -15,7 +15,7 @@ from typing import Any, Literal
 from faust.models.record import Record
 from faust.types import AppT, TableT, TopicT
 
-from tables.operators.base import JoinKind, Side
+from tables.operators.base import JoinKind, Side, null_key_sides
 from tables.operators.temporal import TemporalKind
 from tables.operators.windowed import JoinType, JoinWindow
 from tables.records.codecs import IdSpec, SideCodec, TimestampSpec, Validate, record_fields
@@ -85,6 +85,9 @@ class JoinSpec:
     headers: Sequence[tuple[str, bytes]] = field(default_factory=tuple)
     # Write one audit record per result to `audit_topic` (tables/runtime/output.py).
     audit: bool = False
+    # Quiet for this long (wall clock, ms) with its inputs read to their end, a partition's
+    # stream time follows the wall clock (None: never; docs/join-semantics.md, "Idle partitions").
+    idle_ms: int | None = None
 
     @property
     def record_limit(self) -> int:
@@ -129,6 +132,7 @@ class JoinSpec:
     def codecs(self) -> dict[Side, SideCodec]:
         """Each input's record check (tables/records/sides.py), from its topic and options."""
         table = self.kind.table_side
+        unkeyed = null_key_sides(self.kind)
         inputs: tuple[tuple[Side, JoinInput], ...] = (("left", self.left), ("right", self.right))
         return {
             side: side_codec(
@@ -142,6 +146,7 @@ class JoinSpec:
                 max_future_ms=self.max_future_ms,
                 max_record_bytes=self.record_limit,
                 deletes=side == table,
+                null_keys=side in unkeyed,
             )  # fmt: skip
             for side, found in inputs
         }
@@ -160,6 +165,14 @@ def duration_ms(value: Duration | None, what: str) -> int | None:
     if ms < 0:
         raise JoinDeclarationError(f"{what} must not be negative, not {value!r}")
     return int(ms)
+
+
+def idle_ms_of(idle: Duration | None) -> int | None:
+    """The `idle` option in ms (None: off); at least a millisecond."""
+    found = duration_ms(idle, "idle")
+    if found is not None and found < 1:
+        raise JoinDeclarationError(f"idle={idle!r}: give a positive duration, or None to turn it off")
+    return found
 
 
 def window_of(

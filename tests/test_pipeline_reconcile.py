@@ -149,11 +149,17 @@ def test_reconcile_sorts_every_difference_into_its_category(spark: SparkSession,
         k, p, v = normal[3]
         mutated[2] = (k, (p + 1) % PARTITIONS, {**v, "partition": (p + 1) % PARTITIONS})  # normal[3], moved
         mutated.append((b"nope", 0, {"partition": 0, "ts": 1, "fingerprint": "00" * 16, "writer": "w.1"}))
+        # Released by an idle partition's clock: one the twin has (matched), one it has not.
+        k, p, v = mutated[4]
+        mutated[4] = (k, p, {**v, "idle": True})
+        mutated.append((b"quiet", 0, {"partition": 0, "ts": 2, "fingerprint": "11" * 16, "writer": "w.1",
+                                      "idle": True}))  # fmt: skip
         different = judge("audit-mutated", mutated)
     twin.unpersist()
 
     assert faithful.results == {"matched": len(audit), "missing": 0, "late_by_stream_only": 0, "spurious": 0,
-                                "redelivered": 0, "repeated": 0, "misplaced": 0}  # fmt: skip
+                                "idle_only": 0, "redelivered": 0, "repeated": 0, "misplaced": 0}  # fmt: skip
+    assert faithful.idle_results == 0
     assert faithful.letters["matched"] == len(letters) and faithful.handler_errors == 0
     assert faithful.counters == {"twin": {"late": late, "duplicates": 0}, "stream": counters}
     # The misplaced input record (a right record read from another partition) fails the run alone.
@@ -163,13 +169,17 @@ def test_reconcile_sorts_every_difference_into_its_category(spark: SparkSession,
     assert faithful.ok, faithful.render()
 
     assert different.results == {"matched": len(audit) - 2, "missing": 1, "late_by_stream_only": 1,
-                                 "spurious": 1, "redelivered": 1, "repeated": 1, "misplaced": 1}  # fmt: skip
+                                 "spurious": 1, "idle_only": 1, "redelivered": 1, "repeated": 1,
+                                 "misplaced": 1}  # fmt: skip
+    assert different.idle_results == 2  # the idle one the twin expects is matched, the other not a failure
     different.allow_misplaced = True
     assert different.failures == ["missing", "spurious", "repeated", "misplaced"]
     different.strict_duplicates = True
     assert "redelivered" in different.failures
     shown = {(e["category"], e["key"]) for e in different.examples}
     assert ("late_by_stream_only", "99") in shown and ("spurious", "nope") in shown
+    assert ("idle_only", "quiet") in shown
+    assert "released by an idle partition's clock (the `idle` option): 2" in different.render()
     assert "verdict: MISMATCH" in different.render()
 
 

@@ -12,7 +12,8 @@ SparkSession) over the topics and the join's audit.
 Expected: nothing missing or spurious, no copy by one writer twice, the dead letters alike,
 the twin's counters as sent, and every trade in `enriched-trades` priced against the quote a
 small model says (the latest accepted quote of its symbol at or before the trade, none after a
-delete). Run with `-s` to see the report and the counts.
+delete; none for a trade produced without a key, which comes out at once). Run with `-s` to
+see the report and the counts.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ BAD = [
     ({"side": "left", "key": "S01", "value_raw": '{"trade_id": '}, "undecodable"),
     ({"side": "left", "key": "S02", "value": {**trade("bad", "S02", T0), "qty": "many"}}, "wrong_type"),
     ({"side": "right", "key": "S03", "value": {"symbol": "S03", "bid_cents": 1}}, "wrong_type"),
-    ({"side": "left", "key_raw": None, "value": trade("nokey", "S04", T0)}, "null_key"),
+    # A keyless quote can be no key's version; a keyless trade is a result (KIP-962: below).
+    ({"side": "right", "key_raw": None, "value": quote("S04", T0, 5)}, "null_key"),
     ({"side": "right", "key": "S05", "value_raw": "[1, "}, "undecodable"),
     ({"side": "left", "key": "S06", "value": trade("neg", "S06", -5)}, "timestamp"),
 ]
@@ -120,6 +122,9 @@ def wave_one(seed: int = 7) -> tuple[list[dict[str, Any]], dict[str, int]]:
         if n % 100 == 0:
             bad, _ = BAD[(n // 100) % len(BAD)]
             rows.append((ts + 5, {**bad, "timestamp": ts}))
+        if n % 250 == 0:  # a trade without a Kafka key: out at once, un-priced (KIP-962)
+            rows.append((ts + 7, {"side": "left", "key_raw": None, "value": trade(f"nokey{n}", symbol, ts),
+                                  "timestamp": ts}))  # fmt: skip
     for i, symbol in enumerate(SYMBOLS):  # before the symbol's first quote: no quote (a left join)
         ts = T0 + 1_000 + i
         rows.append(
@@ -166,7 +171,11 @@ def priced(waves: list[list[dict[str, Any]]]) -> dict[str, int | None]:
     at or before it (None: none, or a delete), over the quotes the join keeps."""
     quotes: dict[str, list[tuple[int, int | None]]] = {}
     trades: dict[str, dict[str, Any]] = {}
+    keyless: set[str] = set()  # trades without a Kafka key: a result with no quote (KIP-962)
     for row in (r for wave in waves for r in wave):
+        if row.get("key_raw", "") is None and row["side"] == "left":
+            keyless.add(row["value"]["trade_id"])
+            continue
         if "key" not in row or "value_raw" in row or row.get("key_raw", "") is None:
             continue
         value = row["value"]
@@ -185,7 +194,7 @@ def priced(waves: list[list[dict[str, Any]]]) -> dict[str, int | None]:
     for trade_id, value in trades.items():
         versions = [v for v in quotes.get(value["symbol"], []) if v[0] <= value["ts"]]
         found[trade_id] = max(versions)[1] if versions else None
-    return found
+    return found | dict.fromkeys(keyless)
 
 
 def test_trades_stream_reconciles_with_its_twin_after_a_kill(spark: SparkSession, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pipeline.apps import JoinRef
 from pipeline.inputs import RAW_SCHEMA
 from pipeline.twin import TwinOutput, run_twin
 from pipeline.twins import COUNTER_OF, END_OF_TIME
-from tables.operators.base import Match, fingerprint
+from tables.operators.base import Match, fingerprint, join_events
 from tables.operators.kv import MemoryKV
 from tables.records.codecs import DROPPED, Rejected
 from tables.records.partitioners import find_misplaced, misplaced_reason
@@ -85,7 +85,7 @@ def stream(ref: JoinRef, rows: list[Row], partitions: int, close_inputs: bool = 
         else:
             event = (sides[row.topic], row.key, checked[0], checked[1], row.value)
             out.deletes += row.value is None
-            _count(out, row.partition, operator.process_many([event]))
+            _count(out, row.partition, join_events(operator.process_many, [event]))
     if close_inputs:
         for partition, operator in operators.items():
             _count(out, partition, operator.advance(END_OF_TIME))

@@ -21,7 +21,10 @@ does not restate those rules in SQL: it runs `tables.operators.temporal.Temporal
    with two methods wrapped) to the stream record it joined and the table version that
    answered, so it carries both inputs' identities. At the end of a partition nothing more
    is emitted (what the stream has emitted by the final stream time), or with `close_inputs`
-   the operator's `advance` to END_OF_TIME, as the test driver's `close_inputs()`.
+   the operator's `advance` to END_OF_TIME, as the test driver's `close_inputs()`. A
+   null-keyed stream record (accepted in a left join only: KIP-962) is a result with no table
+   value at once, as the worker gives it (`tables.operators.base.join_events`), and never
+   reaches the operator.
 
 Why not Spark SQL for the lookups: the version a pending record sees is the latest with
 `u <= t` *among those accepted before it falls due* (a table update more than `grace` late
@@ -165,6 +168,9 @@ class Pass:
                 continue
             operator = self.current.operator
             st_before[i] = operator.stream_time
+            if keys[i] is None:  # a lone result at once, not the operator's (KIP-962)
+                self._result(keys[i], values[i], ts[i], offsets[i], rid[i], None, None)
+                continue
             counted = operator.counters()
             matches = operator.process_many(((sides[i], keys[i], ts[i], rid[i], values[i]),))
             dropped = [name for name, n in operator.counters().items() if n != counted[name]]
@@ -186,23 +192,33 @@ class Pass:
         """Each stream record the operator joined: its result (if it made one) as a row."""
         current = self.current
         assert current is not None
-        joined, waiting, out = current.operator.joined, current.waiting, self.results
+        joined, waiting = current.operator.joined, current.waiting
         made = iter(matches)
         for key, record_id, has_result, table_offset in joined:
             offset = waiting.pop((key, record_id))
             if not has_result:
                 continue
             match = next(made)
-            out["partition"].append(current.number)
-            out["key"].append(key)
-            out["value"].append(match.left)
-            out["ts"].append(match.timestamp)
-            out["offset"].append(offset)
-            out["rid"].append(record_id)
-            out["table_value"].append(match.right)
-            out["table_offset"].append(table_offset)
+            self._result(key, match.left, match.timestamp, offset, record_id, match.right, table_offset)
         joined.clear()
         assert next(made, None) is None, "a result the trace did not see"
+
+    def _result(
+        self, key: bytes | None, value: bytes | None, ts: int, offset: int, record_id: bytes,
+        table_value: bytes | None, table_offset: int | None,
+    ) -> None:  # fmt: skip
+        """One result as a row (the stream record's key, value, offset and id; the answering
+        table version's value and offset, or none)."""
+        assert self.current is not None
+        out = self.results
+        out["partition"].append(self.current.number)
+        out["key"].append(key)
+        out["value"].append(value)
+        out["ts"].append(ts)
+        out["offset"].append(offset)
+        out["rid"].append(record_id)
+        out["table_value"].append(table_value)
+        out["table_offset"].append(table_offset)
 
     def _end_partition(self) -> None:
         current = self.current
@@ -285,7 +301,10 @@ def late_prone(records: DataFrame, spec: JoinSpec) -> DataFrame:
     from pyspark.sql import functions as F
 
     kind = kind_of(spec)
-    valid = records.filter(F.col("status").isin(ACCEPTED, "late", "duplicate", "late_update"))
+    # (A null-keyed record is a result at once, moving no stream time: never late, no cause.)
+    valid = records.filter(
+        F.col("status").isin(ACCEPTED, "late", "duplicate", "late_update") & F.col("key").isNotNull()
+    )
     earlier = (
         Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
     )

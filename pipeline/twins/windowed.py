@@ -9,6 +9,8 @@ order, decides each record's fate as the stream's worker and operator do:
 2. a **duplicate** is a record whose identity is held: (side, key, id) with the join's `id`
    option, else (side, key, time, offset); a record is held until stream time passes
    `ts + before + after + grace` (then it is expired, and its identity with it);
+   A null-keyed record (accepted only on a side `how` emits unmatched: KIP-962) is none of
+   these: it is a result with no partner at once, and moves no stream time;
 3. else a record is **late** when its window closed before it: `ts + after + grace` (left)
    or `ts + before + grace` (right) below the stream time before it;
 4. else it is **accepted**: held, and stream time moves to its time if later.
@@ -89,9 +91,11 @@ class Sequencer:
             if status[i] != ACCEPTED:
                 continue
             side, when = sides[i], ts[i]
+            st_before[i] = self.stream_time
+            if keys[i] is None:
+                continue  # a lone result at once (KIP-962): neither held nor moving stream time
             identity = (side, keys[i], rid[i]) if ids else (side, keys[i], when, rid[i])
             now = self.stream_time
-            st_before[i] = now
             if identity in held:
                 status[i] = "duplicate"
             elif now is not None and when + close[side] < now:
@@ -171,12 +175,15 @@ def results_of(records: DataFrame, spec: JoinSpec, close_inputs: bool = False) -
     if not join_type.unmatched_sides:
         return results
     final_time = F.lit(END_OF_TIME) if close_inputs else F.max("ts")
-    final = accepted.groupBy(F.col("partition").alias("p")).agg(final_time.alias("final_time"))
+    # A null-keyed record moves no stream time: the final stream time is over the keyed ones.
+    keyed = accepted.filter(F.col("key").isNotNull())
+    final = keyed.groupBy(F.col("partition").alias("p")).agg(final_time.alias("final_time"))
     retention = window.before + window.after + window.grace
     lone = F.col("left").isNull() | F.col("right").isNull()
+    null_key = F.col("key").isNull()  # given at once (KIP-962), not when its window closes
     return (
         results.join(F.broadcast(final), F.col("partition") == F.col("p"))
-        .filter(~lone | (F.col("final_time") > F.col("ts") + retention))
+        .filter(~lone | null_key | (F.col("final_time") > F.col("ts") + retention))
         .drop("p", "final_time")
     )
 
@@ -205,7 +212,8 @@ def late_prone(records: DataFrame, spec: JoinSpec) -> DataFrame:
     close = F.when(F.col("side") == "left", window.after + window.grace).otherwise(
         window.before + window.grace
     )
-    valid = records.filter(F.col("status").isin(ACCEPTED, "late", "duplicate"))
+    # (A null-keyed record is a result at once, moving no stream time: never late, no cause.)
+    valid = records.filter(F.col("status").isin(ACCEPTED, "late", "duplicate") & F.col("key").isNotNull())
     earlier = (
         Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
     )

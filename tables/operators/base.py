@@ -12,7 +12,7 @@ the handler, and writes `take_changes()` to the changelog before the state.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from hashlib import blake2b
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -22,12 +22,16 @@ Side = Literal["left", "right"]  # the two inputs, in declaration order
 # One input record as the operator takes it: side, join key, event time (ms), id, value (None:
 # a table's delete; a stream's null values never reach an operator).
 Event = tuple[Side, bytes, int, bytes, bytes | None]
+# An input record as the runtime releases it: the key None for a null-keyed record of a side
+# whose lone records are results (`null_key_sides`); `join_events` answers those itself.
+InputEvent = tuple[Side, bytes | None, int, bytes, bytes | None]
 
 
 class Match(NamedTuple):
-    """One result: the join key and both sides' serialized values (None: no partner)."""
+    """One result: the join key and both sides' serialized values (None: no partner). The key
+    is None only for a null-keyed record given with no partner (`join_events`)."""
 
-    key: bytes
+    key: bytes | None
     left: bytes | None
     right: bytes | None
     timestamp: int  # the result's event time (ms)
@@ -38,11 +42,12 @@ _TS = struct.Struct(">q")
 _NULL = b"\xff\xff\xff\xff"  # no partner (a Kafka value is never 4 GiB long)
 
 
-def fingerprint(key: bytes, left: bytes | None, right: bytes | None, ts: int) -> bytes:
+def fingerprint(key: bytes | None, left: bytes | None, right: bytes | None, ts: int) -> bytes:
     """A result's audit fingerprint (a join's `audit` option; the batch twin on Spark computes it
     from the raw input, docs/pipeline.md): BLAKE2b-128 of the key, the left and right values as
-    read from the inputs (each length-prefixed, a missing partner marked) and the timestamp."""
-    parts = [_LEN.pack(len(key)), key]
+    read from the inputs (each length-prefixed, a missing partner or a null key marked) and the
+    timestamp."""
+    parts = [_NULL] if key is None else [_LEN.pack(len(key)), key]
     for value in (left, right):
         if value is None:
             parts.append(_NULL)
@@ -149,3 +154,43 @@ def counters_of(operators: Iterable[Operator]) -> dict[str, int]:
         for name, value in operator.counters().items():
             total[name] = total.get(name, 0) + value
     return total
+
+
+def null_key_sides(kind: JoinKind) -> frozenset[Side]:
+    """The sides whose null-keyed records are results with no partner (Kafka Streams 3.7+,
+    KIP-962): the sides whose unmatched records `how` emits (left: the left side; right: the
+    right; outer: both), never a table. A null-keyed record of any other side cannot be
+    joined, and is dead-lettered (`null_key`)."""
+    how = kind.how
+    sides: set[Side] = set()
+    if how in ("left", "outer"):
+        sides.add("left")
+    if how in ("right", "outer"):
+        sides.add("right")
+    sides.discard(kind.table_side)
+    return frozenset(sides)
+
+
+def join_events(
+    process_many: Callable[[Sequence[Event]], list[Match]], events: Sequence[InputEvent]
+) -> list[Match]:
+    """The matches of `events` in order: the keyed ones through the operator (`process_many`),
+    each null-keyed one (only released for `null_key_sides`) a result of its own at once, with
+    no partner and its own time. It has no key to meet a partner by, is not held, and does not
+    move stream time: it cannot change any other record's result."""
+    if not any(event[1] is None for event in events):
+        return process_many(events)  # type: ignore[arg-type]  # every key is bytes
+    matches: list[Match] = []
+    run: list[Event] = []
+    for event in events:
+        side, key, ts, _, value = event
+        if key is not None:
+            run.append(event)  # type: ignore[arg-type]
+            continue
+        if run:
+            matches += process_many(run)
+            run = []
+        matches.append(Match(None, value, None, ts) if side == "left" else Match(None, None, value, ts))
+    if run:
+        matches += process_many(run)
+    return matches

@@ -534,12 +534,16 @@ class SideCodec:
         deletes: bool = False,
         max_future_ms: int | None = None,
         max_record_bytes: int | None = None,
+        null_keys: bool = False,
     ) -> None:
         """`deletes`: the side is a table, whose null value deletes its key from the record's
         Kafka timestamp on (accepted, with the offset as its id, and no value); else a null
         value is dropped (`DROPPED`). `max_future_ms`: how far ahead of the wall clock a
         record's time may be (`Horizon`; None: no bound but year 9999). `max_record_bytes`: the
-        key, id and value together, at most (`unwritable`; None: no bound)."""
+        key, id and value together, at most (`unwritable`; None: no bound). `null_keys`: a
+        record with no Kafka key is checked like any other (and accepted with its key None: it
+        will be a result with no partner, KIP-962) instead of dead-lettered as `null_key`."""
+        self.null_keys = null_keys
         self.horizon = Horizon(max_future_ms)
         self.max_record_bytes = max_record_bytes
         self.topic = topic
@@ -567,16 +571,18 @@ class SideCodec:
         self, key: bytes | None, value: bytes | None, offset: int, message_ts: int | None
     ) -> Accepted | Rejected | Dropped:
         """Decide what to do with one input record."""
-        if key is None:
+        if key is None and not self.null_keys:
             # A keyless record lands on an arbitrary partition, away from its partner:
             # it would silently never join. Rejecting it makes the loss visible.
             return Rejected("null Kafka key", "null_key")
         if value is None:
+            if key is None:
+                return DROPPED  # (a table's side never takes null keys)
             return self._delete(key, offset, message_ts) if self.deletes else DROPPED
         limit = self.max_value_bytes
         if limit is not None and len(value) > limit:
             return Rejected(f"value of {len(value)} bytes exceeds {limit}", "too_large")
-        decoded_key = self.key(key)
+        decoded_key = None if key is None else self.key(key)
         if type(decoded_key) is Rejected:
             return decoded_key
         payload = self.form.check(value)
@@ -601,7 +607,7 @@ class SideCodec:
         if type(record_id) is Rejected:
             return record_id
         # (record_id is bytes here: `type(...) is` is the hot path's test, which mypy does not narrow)
-        if (too_large := unwritable(key, record_id, value, self.max_record_bytes)) is not None:  # type: ignore[arg-type]
+        if (too_large := unwritable(key or b"", record_id, value, self.max_record_bytes)) is not None:  # type: ignore[arg-type]
             return too_large
         return Accepted(ts, record_id, built)  # type: ignore[arg-type]
 
@@ -743,9 +749,14 @@ class SideCodec:
         delete = self._delete if self.deletes else None
         horizon, record_limit = self.horizon, self.max_record_bytes
 
+        null_keys, check = self.null_keys, self.check
+
         def accept(key: bytes | None, value: bytes | None, offset: int, message_ts: int | None) -> Any:
             if key is None:
-                return Rejected("null Kafka key", "null_key")
+                if not null_keys:
+                    return Rejected("null Kafka key", "null_key")
+                found = check(key, value, offset, message_ts)  # rare: the reference's steps
+                return (found.ts, found.record_id, found.value) if type(found) is Accepted else found
             if value is None:
                 if delete is None:
                     return DROPPED

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Protocol
 
 from faust.types import AppT, TopicT
 
-from tables.operators.base import Event, Side
+from tables.operators.base import InputEvent, Side
 from tables.records.codecs import (
     CHECK,
     DROPPED,
@@ -56,7 +56,7 @@ class Checked(NamedTuple):
 
     offsets: list[int]
     stamps: list[int]
-    events: list[Event]
+    events: list[InputEvent]
     nulls: int
 
 
@@ -92,7 +92,7 @@ def python_check_records(
     accept = codec.accept
     offsets: list[int] = []
     stamps: list[int] = []
-    events: list[Event] = []
+    events: list[InputEvent] = []
     nulls = 0
     topic, partition = tp.topic, tp.partition
     for record in records:
@@ -102,7 +102,7 @@ def python_check_records(
             ts = checked[0]
             offsets.append(offset)
             stamps.append(ts)
-            events.append((side, key, ts, checked[1], value))  # type: ignore[arg-type]
+            events.append((side, key, ts, checked[1], value))
             if checked[2] is not None:
                 built[id(value)] = (value, checked[2])  # type: ignore[assignment]
         elif checked is DROPPED:
@@ -124,9 +124,11 @@ def side_codec(
     max_future_ms: int | None = None,
     max_record_bytes: int | None = None,
     deletes: bool = False,
+    null_keys: bool = False,
 ) -> SideCodec:
     """The check of one input's records, from its Faust topic's types and serializers
-    (`deletes`: the input is a table, whose null values delete their key)."""
+    (`deletes`: the input is a table, whose null values delete their key; `null_keys`: a
+    null-keyed record is accepted, to be a result with no partner)."""
     key_serializer = topic.key_serializer or app.conf.key_serializer  # type: ignore[attr-defined]
     value_serializer = topic.value_serializer or app.conf.value_serializer  # type: ignore[attr-defined]
 
@@ -147,4 +149,5 @@ def side_codec(
         max_future_ms=max_future_ms,
         max_record_bytes=max_record_bytes,
         deletes=deletes,
+        null_keys=null_keys,
     )

@@ -22,7 +22,7 @@ from typing import Any
 from faust.types import TP
 
 from tables.kafka.consumer import InputRecord
-from tables.operators.base import Event, Side
+from tables.operators.base import InputEvent, Side
 from tables.records.alignment import Aligner
 from tables.records.codecs import Rejected, SideCodec
 from tables.records.partitioners import find_misplaced, misplaced_reason
@@ -54,7 +54,7 @@ class Intake:
         # operator takes each in both roles: tables/operators/self_join.py).
         self.sides: dict[str, Side] = {spec.right.name: "right", spec.left.name: "left"}
         self.codecs: dict[Side, SideCodec] = spec.codecs()
-        self.aligner: Aligner[Event] = Aligner(
+        self.aligner: Aligner[InputEvent] = Aligner(
             list(spec.topics),
             max_wait_s=settings.align_max_wait_ms / 1000,
             max_held=settings.align_max_held,
@@ -171,7 +171,7 @@ class Intake:
             self.stats.null_values[side] += checked.nulls
         self.read_next[tp] = records[-1].offset + 1
 
-    def release(self, partition: int) -> list[Event]:
+    def release(self, partition: int) -> list[InputEvent]:
         """Held records of the partition now due, given how far each input has been read."""
         highwater = self.offsets.highwater
         committed = self.offsets.committed()

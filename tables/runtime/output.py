@@ -63,21 +63,24 @@ class Collector:
         self.audited: dict[int, list[Record]] = {}
         self.writer = PROCESS
 
-    def audit(self, feed: list[tuple[int, Match]]) -> None:
+    def audit(self, feed: list[tuple[int, Match]], idle: bool = False) -> None:
         """One audit record per result handed to the handler (`audit_value` below; its fingerprint:
         tables/operators/base.py), sent with the batch's output to the result's partition of the
-        audit topic. Compiled where it is built (`AUDIT`: one call for the batch's results);
-        `python_audit` is its reference."""
+        audit topic (`idle`: the results were released by an idle partition's clock).
+        Compiled where it is built (`AUDIT`: one call for the batch's results), except for idle
+        releases, which are rare and whose records carry one more field; `python_audit` is its
+        reference."""
         fast = AUDIT.fast
-        if fast is not None:
+        if fast is not None and not idle:
             fast(feed, self.audited, self.writer, audit_value, orjson.dumps, hashlib.blake2b)
         else:
-            self.python_audit(feed)
+            self.python_audit(feed, idle)
 
-    def python_audit(self, feed: list[tuple[int, Match]]) -> None:
+    def python_audit(self, feed: list[tuple[int, Match]], idle: bool = False) -> None:
         audited, writer = self.audited, self.writer
         for partition, match in feed:
-            audited.setdefault(partition, []).append((match.key, audit_value(partition, match, writer), ()))
+            value = audit_value(partition, match, writer, idle)
+            audited.setdefault(partition, []).append((match.key, value, ()))
 
     async def send(self, letters: list[Letter]) -> None:
         """The handler's sends, its tables' changelogs, the audit records and the dead letters,
@@ -223,14 +226,19 @@ AUDIT: CompiledPart[Callable[..., None]] = CompiledPart(
 )
 
 
-def audit_value(partition: int, match: Match, writer: str) -> bytes:
+def audit_value(partition: int, match: Match, writer: str, idle: bool = False) -> bytes:
     """An audit record's value (JSON): the result's partition, timestamp and fingerprint (hex),
     and its writer, this process and the join's assignment (copies of a result by two writers
-    were handed over again after a crash or a rebalance: at least once)."""
+    were handed over again after a crash or a rebalance: at least once); `"idle": true` for a
+    result released by an idle partition's clock (the `idle` option), which the batch twin
+    cannot know of."""
     found = fingerprint(match.key, match.left, match.right, match.timestamp)
-    return orjson.dumps(
-        {"partition": partition, "ts": match.timestamp, "fingerprint": found.hex(), "writer": writer}
-    )
+    record: dict[str, object] = {
+        "partition": partition, "ts": match.timestamp, "fingerprint": found.hex(), "writer": writer
+    }  # fmt: skip
+    if idle:
+        record["idle"] = True
+    return orjson.dumps(record)
 
 
 def handler_error_letter(partition: int, match: Match, reason: str) -> Letter:

@@ -242,7 +242,7 @@ class JoinResults(Generic[K, L, R]):
             if right is not None:
                 found = take(id(right), None)
                 right = found[1] if found is not None and found[0] is right else right_of(right)
-            results.append(new(JoinResult, (key_of(key), left, right, timestamp)))
+            results.append(new(JoinResult, (None if key is None else key_of(key), left, right, timestamp)))
         return results
 
     def _result(self, match: Match) -> JoinResult[K, L, R]:

@@ -91,6 +91,7 @@ class JoinStats:
     letters_skipped: int = 0
     results: int = 0
     unmatched: int = 0  # of `results`: a record without a partner (left, right, outer joins)
+    idle_results: int = 0  # of `results`: released by an idle partition's clock (the `idle` option)
     results_by_partition: dict[int, int] = field(default_factory=dict)
     batches: int = 0
     faust_sends: int = 0  # Faust messages the handler queued (its tables' changelogs), sent with the output

@@ -30,14 +30,14 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any, Protocol
 
 from faust.types import TP, AppT
 
 from tables.kafka.consumer import InputRecord
-from tables.operators.base import Event, Match, Operator, counters_of
+from tables.operators.base import InputEvent, Match, Operator, counters_of, join_events
 from tables.records.sides import Letter
 from tables.runtime.gcpacing import collection_deferred
 from tables.runtime.handler import Handler
@@ -55,6 +55,7 @@ from tables.state.store import StoreCorruptError
 log = logging.getLogger(__name__)
 
 ALIGN_CHECK_S = 0.25  # held records are looked at this often when no input comes
+IDLE_CHECK_S = 1.0  # with `idle`, quiet partitions' clocks are looked at (and committed) this often
 LOOP_TURN_S = 0.01  # a batch lets the event loop run at least this often while checking
 # A partition's records are checked and joined this many at a time, the event loop given a turn
 # in between: on a loaded machine a whole fetch (thousands of records) stalled it for a second.
@@ -156,6 +157,11 @@ class JoinTask:
         self._loop_task: asyncio.Task[None] | None = None
         self._restore: Restore | None = None
         self._dropped_from: dict[TP, int] = {}  # first offset dropped since the last assignment
+        # The `idle` option: the clock (seconds; the test driver's is its own), and per partition
+        # when a record last arrived and the stream time after it (the clock's base).
+        self.clock: Callable[[], float] = time.monotonic
+        self._heard: dict[int, tuple[float, int | None]] = {}
+        self._idle_checked = 0.0
 
     @property
     def partitions(self) -> int | None:
@@ -205,6 +211,8 @@ class JoinTask:
             batch = await self._next_batch(self.settings.batch_max_records)
             try:
                 await self.batch(batch)
+                if self.spec.idle_ms is not None and self.clock() - self._idle_checked >= IDLE_CHECK_S:
+                    await self.advance_idle()
                 continue
             except Exception as exc:
                 failure = exc
@@ -237,6 +245,54 @@ class JoinTask:
                 p: op.advance(stream_time) for p, op in operators.items() if op.stream_time is not None
             }
             await self._hand_over(matches, [], set(matches))
+
+    async def advance_idle(self) -> None:
+        """The `idle` option: each ready partition whose inputs are read to their end, with
+        nothing held for event-time order, on which no record has arrived for `idle_ms` of the
+        clock, has its stream time moved to what it was after its last record plus the time
+        since (event time taken to pass as the wall clock does). What falls due is handed over,
+        marked idle in the audit, and committed as a batch with the other partitions moved."""
+        idle_ms = self.spec.idle_ms
+        async with self._working:
+            state = self.state
+            if idle_ms is None or state is None or self._revoking:
+                return
+            now = self._idle_checked = self.clock()
+            matches: dict[int, list[Match]] = {}
+            for partition in state.actives():
+                if partition not in state.ready:
+                    continue
+                operator = state.active(partition).operator
+                heard_at, base = self._heard.setdefault(partition, (now, operator.stream_time))
+                quiet_ms = int((now - heard_at) * 1000)
+                if base is None or quiet_ms < idle_ms or not self._read_to_end(partition):
+                    continue  # (a partition that has seen no record holds nothing that could fall due)
+                target = base + quiet_ms
+                if operator.stream_time is not None and target > operator.stream_time:
+                    matches[partition] = operator.advance(target)
+            # Committed only when something came out: a quiet partition's clock moves every
+            # second, and writing its stream time each time would fill the changelog for
+            # nothing (uncommitted, it goes with the partition's next batch; lost in a crash,
+            # the clock starts again from the stream time the state has).
+            if any(matches.values()):
+                await self._hand_over(matches, [], set(matches), idle=True)
+
+    def _read_to_end(self, partition: int) -> bool:
+        """Both inputs of the partition taken to their high watermarks, nothing held or waiting."""
+        intake = self.intake
+        if intake.aligner.held(partition) or any(tp.partition == partition for tp in intake.deferred):
+            return False
+        return intake.input_lag(partition) == 0
+
+    def _heard_from(self, partitions: Iterable[int]) -> None:
+        """Records arrived on these partitions now: their idle clocks start again from the
+        stream time they have after this batch."""
+        state, now = self.state, self.clock()
+        if state is None or self.spec.idle_ms is None:
+            return
+        for partition in partitions:
+            if partition in state.ready and partition in state.actives():
+                self._heard[partition] = (now, state.active(partition).operator.stream_time)
 
     async def _next_batch(self, limit: int) -> list[Fetch]:
         """Whole fetches up to `limit` records; a larger fetch (a backlog can hold tens of
@@ -335,13 +391,15 @@ class JoinTask:
             await asyncio.sleep(0)  # a large batch must not keep the web server and timers waiting
             matches[partition] = await self._join(state.active(partition).operator, events)
         await self._hand_over(matches, letters, touched)
+        self._heard_from(touched)
 
     async def _hand_over(
-        self, matches: dict[int, list[Match]], letters: list[Letter], touched: set[int]
+        self, matches: dict[int, list[Match]], letters: list[Letter], touched: set[int], idle: bool = False
     ) -> None:
         """The rest of a batch, after the operators: the results to the handler, its sends and
         the dead letters acknowledged, then each partition's changelog and state (`matches`:
-        partition -> its results, for each partition whose operator took or advanced)."""
+        partition -> its results, for each partition whose operator took or advanced; `idle`:
+        released by idle partitions' clocks, so marked in the audit and counted)."""
         state = self.state
         assert state is not None
         intake = self.intake
@@ -357,8 +415,10 @@ class JoinTask:
             self.stats.results += len(feed)
             if self._unmatched:
                 self.stats.unmatched += sum(1 for _, m in feed if m.left is None or m.right is None)
+            if idle:
+                self.stats.idle_results += len(feed)
             if self.spec.audit:
-                self.collector.audit(feed)
+                self.collector.audit(feed, idle)
             await self.handler.handle(feed, intake.built, letters)
         intake.built = {}
         await self.collector.send(letters)
@@ -376,14 +436,15 @@ class JoinTask:
         self.stats.batches += 1
         self.stats.latency.observe_since(latest)
 
-    async def _join(self, operator: Operator, events: list[Event]) -> list[Match]:
+    async def _join(self, operator: Operator, events: list[InputEvent]) -> list[Match]:
         """The operator's matches for a partition's events, CHUNK_RECORDS at a time (the same
-        as all at once: it takes them in order), the event loop given turns in between."""
+        as all at once: it takes them in order), the event loop given turns in between; a
+        null-keyed record (of a side that takes them) is a result with no partner at once."""
         if len(events) <= CHUNK_RECORDS:
-            return operator.process_many(events)
+            return join_events(operator.process_many, events)
         matches: list[Match] = []
         for start in range(0, len(events), CHUNK_RECORDS):
-            matches += operator.process_many(events[start : start + CHUNK_RECORDS])
+            matches += join_events(operator.process_many, events[start : start + CHUNK_RECORDS])
             await self._give_turn()
         return matches
 
@@ -406,6 +467,7 @@ class JoinTask:
         if self.state is None:
             self.state = self.worker.open_state(self.spec)
         moves = await self.state.assign(active, standby, warmup or ())
+        self._heard = {}  # the idle clocks start again (a partition's first look sets them)
         self.intake.keep_only(active)  # (the quiesce before emptied the rest: read again below)
         self.held_back = {TP(t, p) for p in moves.to_restore for t in self.spec.input_topics}
         # Where each active input must be read from: what this worker had not finished, or what

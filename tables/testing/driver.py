@@ -162,6 +162,7 @@ class JoinTestDriver:
         self._worker: _MemoryWorker | None = None
         self._task: JoinTask | None = None
         self._batching = False
+        self._clock_s = 0.0  # the wall clock the join's `idle` option reads (`idle()` moves it)
 
     # -- the context -----------------------------------------------------------------------
 
@@ -213,6 +214,7 @@ class JoinTestDriver:
         assert self._worker is not None, "start the driver first (async with JoinTestDriver(...))"
         task = JoinTask(self.spec, self._worker, stats=self.stats, own_loop=False)
         task.partitions = self.partitions
+        task.clock = lambda: self._clock_s
         handle = task.handler.handle
 
         async def handle_and_keep(feed: list[tuple[int, Match]], *args: Any) -> None:
@@ -289,6 +291,17 @@ class JoinTestDriver:
         await self._running().advance(_millis(stream_time))
         self._raise_failure()
 
+    async def idle(self, seconds: float) -> None:
+        """`seconds` of wall clock pass with no record (for the join's `idle` option): the
+        worker's own check runs then, as its loop runs it. Each partition whose inputs are read
+        to their end and that has been quiet for `idle` has its stream time moved on by the
+        time it has been quiet; what falls due is handed over (marked idle in the audit)."""
+        if seconds < 0:
+            raise ValueError(f"the clock does not go back: idle({seconds})")
+        self._clock_s += seconds
+        await self._running().advance_idle()
+        self._raise_failure()
+
     async def close_inputs(self) -> None:
         """The end of a bounded input: stream time moves past every window and grace, so
         everything the join still holds falls due."""
@@ -318,7 +331,7 @@ class JoinTestDriver:
         left, right = self._codecs["left"], self._codecs["right"]
         return [
             JoinResult(
-                left.key(m.key),
+                None if m.key is None else left.key(m.key),
                 None if m.left is None else left.value(m.left),
                 None if m.right is None else right.value(m.right),
                 m.timestamp,
@@ -360,6 +373,7 @@ class JoinTestDriver:
             "read": dict(self.stats.read),
             "results": self.stats.results,
             "unmatched": self.stats.unmatched,
+            "idle_results": self.stats.idle_results,
             "null_values": dict(self.stats.null_values),
             "dead_letters": {c: n for c, n in self.stats.dead_letters.items() if n},
             "handler_restarts": self.stats.handler_restarts,
@@ -384,7 +398,7 @@ class JoinTestDriver:
 
     def _partition(self, key: bytes | None) -> int:
         if key is None:
-            return 0  # dead-lettered as a null key: any partition will do
+            return 0  # a null key goes anywhere (dead-lettered, or a lone result: KIP-962)
         partitioner = self.spec.partitioner if self.spec.partitioner != "none" else "murmur2"
         return partition_for(key, self.partitions, partitioner)
 

@@ -59,6 +59,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "tandem_records_read": ("counter", ("join", "side"), "Input records read, per side"),
     "tandem_null_values": ("counter", ("join", "side"), "Input records with a null value (dropped)"),
     "tandem_results": ("counter", ("join", "kind"), "Results handed to the handler: joined or unmatched"),
+    "tandem_idle_results": (
+        "counter",
+        ("join",),
+        "Results released by an idle partition's clock (the join's idle option)",
+    ),
     "tandem_partition_results": (
         "counter",
         ("join", "partition"),
@@ -318,6 +323,7 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
         f.add("tandem_null_values", [name, side], stats.null_values[side])
     f.add("tandem_results", [name, "joined"], stats.results - stats.unmatched)
     f.add("tandem_results", [name, "unmatched"], stats.unmatched)
+    f.add("tandem_idle_results", [name], stats.idle_results)
     for partition, n in sorted(stats.results_by_partition.items()):
         f.add("tandem_partition_results", [name, partition], n)
     for category, n in stats.dead_letters.items():

@@ -115,6 +115,7 @@ def join_view(task: JoinTask) -> dict[str, Any]:
         else {},
         "results": stats.results,
         "unmatched": stats.unmatched,
+        "idle_results": stats.idle_results,  # released by an idle partition's clock (`idle`)
         "joined": {str(p): stats.results_by_partition.get(p, 0) for p in actives},
         "read": stats.read,
         "null_values": stats.null_values,
