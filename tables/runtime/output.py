@@ -79,8 +79,9 @@ class Collector:
     def python_audit(self, feed: list[tuple[int, Match]], idle: bool = False) -> None:
         audited, writer = self.audited, self.writer
         for partition, match in feed:
-            value = audit_value(partition, match, writer, idle)
-            audited.setdefault(partition, []).append((match.key, value, ()))
+            # The partition's list before the value, as the compiled loop makes it.
+            records = audited.setdefault(partition, [])
+            records.append((match.key, audit_value(partition, match, writer, idle), ()))
 
     async def send(self, letters: list[Letter]) -> None:
         """The handler's sends, its tables' changelogs, the audit records and the dead letters,
