@@ -115,12 +115,28 @@ class TandemAssignor(PartitionAssignor):
         self._lookup: asyncio.Task[dict[str, dict[int, int]]] | None = None
         self._led_epoch = -1  # the epoch this member last planned as the group's leader
         self._probe: asyncio.TimerHandle | None = None  # the periodic probing rebalance
+        # Cooperative rounds: what this member still runs until it has released it (its
+        # subscription lists it as owned meanwhile), and whether the leader must ask for the
+        # follow-up itself (a task revoked from an eager member, which does not ask).
+        self._releasing: wire.TopicPartitions = {}
+        self._leader_follow_up = False
 
     # ------------------------------------------------------------ what the app reads
 
     def protocols(self) -> list[Any]:
         """Group protocols in order of preference: ours, then stock Faust's."""
         return [self, self.stock]
+
+    @property
+    def cooperative_round(self) -> bool:
+        """Whether the group's last round was cooperative: this member then keeps what it runs
+        through the next rebalance (assignor/faust_adapter/cooperative.py)."""
+        return self._own.cooperative
+
+    @property
+    def rebalance_protocol(self) -> str:
+        """What the group's last round ran: 'cooperative' or 'eager' (the view shows it)."""
+        return "cooperative" if self._own.cooperative else "eager"
 
     def actives(self) -> dict[str, list[int]]:
         return {t: list(p) for t, p in self._own.active.items()}
@@ -172,8 +188,9 @@ class TandemAssignor(PartitionAssignor):
 
     @property
     def version(self) -> int:
-        """Protocol metadata version: tells the leader this member reads warm-up assignments."""
-        return wire.VERSION_WARMUPS
+        """Protocol metadata version: tells the leader this member reads warm-up assignments,
+        and with TANDEM_REBALANCE_PROTOCOL=cooperative, cooperative rounds."""
+        return wire.VERSION_COOPERATIVE if self.settings.cooperative else wire.VERSION_WARMUPS
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         data = wire.encode_subscription(self.subscription())
@@ -188,7 +205,7 @@ class TandemAssignor(PartitionAssignor):
             host=s.host,
             rack=s.rack,
             capacity=s.capacity,
-            previous_active=self._own.active,
+            previous_active=_merged(self._own.active, self._releasing),
             previous_standby=_merged(self._own.standby, self._own.warmup),  # as the contract asks
             local_offsets=self._read_local_offsets(),
         )
@@ -215,7 +232,18 @@ class TandemAssignor(PartitionAssignor):
         with collector_paused():
             limits = self.wire_limits(cluster, [md.subscription for md in member_metadata.values()])
             members = {m: _member_info(m, md, limits) for m, md in member_metadata.items()}
-            return self.assign_members(cluster, members)
+            return self.assign_members(cluster, members, self._plans_cooperatively(members))
+
+    def _plans_cooperatively(self, members: Mapping[str, MemberInfo]) -> bool:
+        """Cooperative when every member says it runs cooperative rounds (its metadata version),
+        so one member still on eager makes the round eager (the rolling upgrade: docs/operations.md).
+        And when the group's last round was cooperative: its members kept running what they own
+        through this rebalance, so a task of theirs may still only move by being revoked first,
+        even if an eager member has joined since."""
+        if not members:
+            return False
+        every = all(info.wire_version >= wire.VERSION_COOPERATIVE for info in members.values())
+        return every or self._own.cooperative
 
     def wire_limits(self, cluster: ClusterMetadata, subscriptions: Iterable[Iterable[str]]) -> wire.Limits:
         """The real partition count of every topic this group plans: what bounds and checks
@@ -230,18 +258,18 @@ class TandemAssignor(PartitionAssignor):
         )
 
     def assign_members(
-        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
+        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo], cooperative: bool = False
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         with collector_paused():
             try:
-                return self._assign_members(cluster, members)
+                return self._assign_members(cluster, members, cooperative)
             except Exception:  # the last line of defence: a plan without history beats no group
                 log.exception("tandem: planning with the members' history failed; planning without it")
                 fresh = {m: replace(info, state=wire.NO_HISTORY) for m, info in members.items()}
-                return self._assign_members(cluster, fresh)
+                return self._assign_members(cluster, fresh, cooperative)
 
     def _assign_members(
-        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
+        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo], cooperative: bool = False
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         started = time.monotonic()
         subscribed = {t for info in members.values() for t in info.subscription}
@@ -262,6 +290,8 @@ class TandemAssignor(PartitionAssignor):
             self.settings.acceptable_recovery_lag,
             self._warmup_input(),
         )
+        if cooperative:  # revoke first, assign in the follow-up (docs/scenario-format.md, C1-C5)
+            scenario["protocol"] = "cooperative"
         result = plan_with_stats(scenario)
         planned = result.assignment
         for warning in planned.get("warnings", []):
@@ -273,6 +303,9 @@ class TandemAssignor(PartitionAssignor):
         self._led_epoch = int(planned.get("epoch", 0))
         names = {m: info.state.url or info.state.host or m for m, info in members.items()}
         _log_pending(planned, scenario, names)
+        _log_revoking(planned, names)
+        eager = {m for m, info in members.items() if info.wire_version < wire.VERSION_COOPERATIVE}
+        self._leader_follow_up = any(entry["from"] in eager for entry in planned.get("revoking", []))
         return {
             member: self._protocol_assignment(
                 wire.for_reader(
@@ -366,8 +399,17 @@ class TandemAssignor(PartitionAssignor):
             own = wire.Assignment(active={t: sorted(p) for t, p in assignment.assignment})
         self._adopt(own, PROTOCOL)
 
+    def released(self) -> bool:
+        """The coordinator has released this round's revoked partitions: whether the group needs
+        the follow-up rebalance now (this member revoked something, or, as the leader, planned a
+        revocation from a member that does not ask for it)."""
+        due = bool(self._releasing) or self._leader_follow_up
+        self._releasing, self._leader_follow_up = {}, False
+        return due
+
     def _adopt(self, own: wire.Assignment, protocol: str, keep_distribution: bool = False) -> None:
         """Make Faust's internals (tables, routing, transactions) see this assignment."""
+        self._releasing = own.revoking
         self._own = own
         self._epoch = own.epoch
         # Kafka-wise a warm-up is a standby: Faust tails a Faust table's warm-up like one.
@@ -525,6 +567,19 @@ class StockProtocol:
         )
         # Stock assignments carry the cluster-wide maps Faust's router reads: keep them.
         self.tandem._adopt(own, "faust", keep_distribution=True)
+
+
+def _log_revoking(planned: Mapping[str, Any], names: Mapping[str, str], shown: int = 10) -> None:
+    """The leader's log of a cooperative round's revocations."""
+    revoking = planned.get("revoking", [])
+    if revoking:
+        log.info("tandem: cooperative round: %s task(s) revoked, assigned in the follow-up", len(revoking))
+    for entry in revoking[:shown]:
+        log.info(
+            "tandem: task %s#%s revoked from %s, to %s in the follow-up",
+            "+".join(entry["topics"]), entry["partition"], names.get(entry["from"], entry["from"]),
+            names.get(entry["to"], entry["to"]),
+        )  # fmt: skip
 
 
 def _member_info(member: str, md: ConsumerProtocolMemberMetadata, limits: wire.Limits) -> MemberInfo:
