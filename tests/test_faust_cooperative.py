@@ -183,7 +183,7 @@ def test_a_revoking_member_lists_what_it_releases_as_owned_until_released() -> N
     member = _assignor()
     own = Assignment(epoch=6, active={t: [0, 1] for t in JOIN}, revoking={t: [2] for t in JOIN},
                      follow_up=True, cooperative=True)  # fmt: skip
-    member.on_assignment(_protocol_assignment(own))  # type: ignore[arg-type]
+    member.on_assignment(_protocol_assignment(own))
     assert member.cooperative_round and member.rebalance_protocol == "cooperative"
     assert member.subscription().previous_active == {t: [0, 1, 2] for t in JOIN}
     assert member.released() is True

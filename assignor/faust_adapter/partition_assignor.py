@@ -42,6 +42,7 @@ from assignor import PlanStats, internals, log_masking, plan_with_stats, wire
 from assignor.clients import app_settings
 from assignor.core.plan import collector_paused
 from assignor.faust_adapter import web_defaults
+from assignor.faust_adapter.cooperative import blocked_by, install_cooperative
 from assignor.faust_adapter.faust_tables import faust_table_offsets
 from assignor.faust_adapter.group import delay_follower_sync, install_group_join, request_rejoin
 from assignor.faust_adapter.group_consumer import add_start_check, install_consumer
@@ -120,6 +121,7 @@ class TandemAssignor(PartitionAssignor):
         # follow-up itself (a task revoked from an eager member, which does not ask).
         self._releasing: wire.TopicPartitions = {}
         self._leader_follow_up = False
+        self._said_eager = False
 
     # ------------------------------------------------------------ what the app reads
 
@@ -190,7 +192,23 @@ class TandemAssignor(PartitionAssignor):
     def version(self) -> int:
         """Protocol metadata version: tells the leader this member reads warm-up assignments,
         and with TANDEM_REBALANCE_PROTOCOL=cooperative, cooperative rounds."""
-        return wire.VERSION_COOPERATIVE if self.settings.cooperative else wire.VERSION_WARMUPS
+        return wire.VERSION_COOPERATIVE if self.runs_cooperative else wire.VERSION_WARMUPS
+
+    @property
+    def runs_cooperative(self) -> bool:
+        """TANDEM_REBALANCE_PROTOCOL=cooperative, and nothing in the app makes it unsafe (then
+        eager, said once): what this member announces to the leader."""
+        if not self.settings.cooperative:
+            return False
+        reasons = blocked_by(self.app)
+        if reasons and not self._said_eager:
+            self._said_eager = True
+            log.warning(
+                "tandem: TANDEM_REBALANCE_PROTOCOL=cooperative, but this app rebalances eagerly: %s "
+                "(docs/operations.md, 'Cooperative rebalancing')",
+                "; ".join(reasons),
+            )
+        return not reasons
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         data = wire.encode_subscription(self.subscription())
@@ -799,6 +817,7 @@ def install(
     if not any(getattr(s, "faust_tables", False) for s in assignor.local_offsets):
         assignor.local_offsets.append(_FaustTableOffsets(app))
     install_group_join()
+    install_cooperative()
     delay_follower_sync(assignor.settings.follower_sync_delay_ms / 1000)
     install_consumer(app, assignor.settings.fetch_max_wait_ms, assignor.settings.fetch_high_watermarks)
     add_start_check(app, functools.partial(_verify_joins, assignor))
