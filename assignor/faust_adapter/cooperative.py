@@ -20,7 +20,8 @@ was cooperative (the leader said so in this member's assignment: wire version 3)
   revoked partitions (not `stop_flow`, `flow_control.suspend/clear` and the pause of the whole
   assignment); the assign pauses only the newly assigned ones until recovery resumes them, and
   the seek to committed offsets that follows recovery seeks only those (the kept ones go on
-  from where they are).
+  from where they are). An app with Faust tables pauses the kept partitions too, from the
+  assignment until Faust's recovery ends (`_assign` says why): not through the join.
 
 An assignment of an eager round (a member without the setting joined) after this member kept
 its partitions through the join: everything is revoked first, as an eager prepare would have
@@ -34,7 +35,7 @@ import asyncio
 import functools
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import aiokafka.errors as errors
@@ -67,6 +68,15 @@ class CooperativeMember(Protocol):
 
     def released(self) -> bool: ...
 
+    def note_round(
+        self,
+        generation: int,
+        cooperative: bool,
+        kept: Iterable[Any],
+        revoked: Iterable[Any],
+        added: Iterable[Any],
+    ) -> None: ...
+
 
 def _member(coordinator: Any) -> CooperativeMember | None:
     for assignor in coordinator._assignors:
@@ -98,6 +108,7 @@ def install_cooperative() -> None:
 
 async def _on_join_prepare(self: Any, previous_assignment: Any) -> None:
     member = _member(self)
+    self._tandem_owned = set(previous_assignment.tps) if previous_assignment is not None else set()
     if previous_assignment is None or member is None or not member.cooperative_round:
         self._tandem_kept = False
         await _ORIGINAL_PREPARE(self, previous_assignment)
@@ -132,14 +143,19 @@ async def _on_join_complete(
     assert assignor, f"invalid assignment protocol: {protocol}"
     assignment = gc.ConsumerProtocol.ASSIGNMENT.decode(member_assignment_bytes)
     cooperative = member is not None and _is_cooperative(assignment.user_data)
-    if not cooperative:
+    owned: set[TopicPartition] = getattr(self, "_tandem_owned", set())
+    if not cooperative or not kept:
         if kept:  # an eager round after a cooperative one: revoke everything first
             await _eager_revoke(self)
+        # An eager round, or the first cooperative one (everything was revoked at the prepare).
         await _ORIGINAL_COMPLETE(self, generation, member_id, protocol, member_assignment_bytes)
-    elif not kept:  # the first cooperative round: everything was revoked at the prepare
-        await _ORIGINAL_COMPLETE(self, generation, member_id, protocol, member_assignment_bytes)
+        if member is not None:
+            member.note_round(generation, cooperative, (), owned, assignment.partitions())
     else:
         await _cooperative_complete(self, assignor, assignment)
+        if member is not None:
+            assigned = set(assignment.partitions())
+            member.note_round(generation, True, owned & assigned, owned - assigned, assigned - owned)
     if member is not None and member.released():
         log.info("tandem: revoked partitions released: asking for the follow-up rebalance")
         self.request_rejoin()
@@ -282,7 +298,17 @@ async def _assign(app: Any, original: Assign, assigned: set[Any], generation_id:
     try:
         await app.agents.on_rebalance(revoked, newly_assigned)
         await app.topics.maybe_wait_for_subscriptions()
-        app.consumer.pause_partitions(newly_assigned)  # until recovery resumes them
+        if app.tables:
+            # Faust's recovery restarts for every active table partition, kept ones included,
+            # and replays its changelog from the store's persisted offset into the table: a kept
+            # partition writing to it meanwhile could see an older value of its own replayed
+            # over a newer one. So with Faust tables everything waits for the recovery (as
+            # eagerly, but after the assignment, not through the whole join), with every
+            # changelog write flushed first: the kept partitions have nothing to replay.
+            await app._producer_flush(log)
+            app.consumer.pause_partitions(assigned)
+        else:
+            app.consumer.pause_partitions(newly_assigned)  # until recovery resumes them
         await app.topics.on_partitions_assigned(assigned)
         await app.tables.on_rebalance(assigned, revoked, newly_assigned, generation_id)
         await app.on_partitions_assigned.send(assigned)
@@ -308,12 +334,6 @@ async def seek_to_committed(app: Any, seek: Callable[..., Awaitable[Any]]) -> An
 def blocked_by(app: Any) -> list[str]:
     """Why this app cannot run cooperative rounds safely (empty: it can)."""
     reasons = []
-    tables = sorted(getattr(t, "name", str(t)) for t in app.tables.values())
-    if tables:
-        # Faust's recovery (faust/tables/recovery.py on_rebalance, _restart_recovery) restarts
-        # for every active table partition at each rebalance and replays its changelog into the
-        # store while the kept partitions would go on writing to it.
-        reasons.append(f"Faust tables {tables} are recovered for every active partition at each rebalance")
     if getattr(app, "in_transaction", False):
         reasons.append("exactly-once (processing_guarantee) ends every transaction at a rebalance")
     return reasons

@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -85,6 +86,7 @@ internals.require(__name__, TableManager, "_changelogs", instance=True)
 
 PROTOCOL = "tandem"
 STOCK_KEY = "tandem"  # where a Tandem member hides its subscription in stock metadata
+ROUNDS_KEPT = 20
 LocalOffsets = Callable[[], Mapping[str, Mapping[int, int]]]
 
 
@@ -122,6 +124,9 @@ class TandemAssignor(PartitionAssignor):
         self._releasing: wire.TopicPartitions = {}
         self._leader_follow_up = False
         self._said_eager = False
+        # This member's last rounds as its group coordinator ran them (the view shows them):
+        # what it kept running, revoked and was newly given, eager or cooperative.
+        self.rounds: deque[dict[str, Any]] = deque(maxlen=ROUNDS_KEPT)
 
     # ------------------------------------------------------------ what the app reads
 
@@ -417,6 +422,38 @@ class TandemAssignor(PartitionAssignor):
             own = wire.Assignment(active={t: sorted(p) for t, p in assignment.assignment})
         self._adopt(own, PROTOCOL)
 
+    def note_round(
+        self,
+        generation: int,
+        cooperative: bool,
+        kept: Iterable[Any],
+        revoked: Iterable[Any],
+        added: Iterable[Any],
+    ) -> None:
+        """The coordinator's record of a round on this member (topic-partitions as "topic:p")."""
+        self.rounds.append({
+            "generation": generation, "epoch": self._epoch, "at": time.time(),
+            "protocol": "cooperative" if cooperative else "eager",
+            "kept": _tp_names(kept), "revoked": _tp_names(revoked), "newly_assigned": _tp_names(added),
+            "pending": _tp_names_of(self._own.incoming), "follow_up": self._own.follow_up,
+        })  # fmt: skip
+
+    def cooperative_view(self) -> dict[str, Any]:
+        """What the view shows of the protocol: the setting, what this member announces, what
+        the group's last round ran, and during a cooperative rebalance the partitions this member
+        is releasing (revoked), those it gets in the follow-up (pending) and keeps running."""
+        own = self._own
+        return {
+            "setting": self.settings.rebalance_protocol,
+            "announced": "cooperative" if self.runs_cooperative else "eager",
+            "group_runs": self.rebalance_protocol,
+            "revoked": _tp_names_of(own.revoking),
+            "pending": _tp_names_of(own.incoming),
+            "kept": _tp_names_of(own.active) if own.cooperative else [],
+            "follow_up": own.follow_up,
+            "rounds": list(self.rounds),
+        }
+
     def released(self) -> bool:
         """The coordinator has released this round's revoked partitions: whether the group needs
         the follow-up rebalance now (this member revoked something, or, as the leader, planned a
@@ -692,6 +729,14 @@ def _stats(planned: PlanStats, started: float) -> wire.RebalanceStats:
         pending=planned.pending,
         warmups=sum(planned.warmups.values()),
     )
+
+
+def _tp_names(tps: Iterable[Any]) -> list[str]:
+    return sorted(f"{tp.topic}:{tp.partition}" for tp in tps)
+
+
+def _tp_names_of(partitions: wire.TopicPartitions) -> list[str]:
+    return sorted(f"{t}:{p}" for t, ps in partitions.items() for p in ps)
 
 
 def _quiet(task: asyncio.Future[Any]) -> None:
