@@ -248,6 +248,20 @@ def _moving(planned: Mapping[str, Any], side: str, member: str) -> dict[str, lis
     return {t: sorted(p) for t, p in sorted(found.items())}
 
 
+def with_incoming_warmed(assignment: Assignment, changelogs: set[str]) -> Assignment:
+    """A cooperative round lists a task coming to this member in the follow-up under nobody's
+    standbys or warm-ups (C3: they are the target's, where it is this member's active). Its
+    changelogs stay warm-ups here meanwhile (Faust tables' too, through the consumer), so the
+    member keeps tailing them and reports them caught up: else the follow-up finds it cold
+    and holds the task elsewhere, and the next probe revokes it again (measured: a loop)."""
+    incoming = {t: p for t, p in assignment.incoming.items() if t in changelogs}
+    if not incoming:
+        return assignment
+    warmup = {t: sorted(set(p) | set(incoming.get(t, []))) for t, p in assignment.warmup.items()}
+    warmup.update({t: p for t, p in incoming.items() if t not in warmup})
+    return replace(assignment, warmup=warmup)
+
+
 def with_global_tables(
     assignment: Assignment, subscription: frozenset[str], global_counts: Mapping[str, int]
 ) -> Assignment:

@@ -328,7 +328,7 @@ async def seek_to_committed(app: Any, seek: Callable[..., Awaitable[Any]]) -> An
         return await seek()
     if not only:
         return {}
-    return await seek(*only)
+    return await seek(*(TopicPartition(tp.topic, tp.partition) for tp in only))
 
 
 def blocked_by(app: Any) -> list[str]:

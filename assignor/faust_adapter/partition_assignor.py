@@ -62,6 +62,7 @@ from assignor.group_scenario import (
     topic_counts,
     verify_copartitioned,
     with_global_tables,
+    with_incoming_warmed,
 )
 from assignor.internals import check
 
@@ -323,6 +324,7 @@ class TandemAssignor(PartitionAssignor):
         urls = {m: info.state.url for m, info in members.items() if info.state.url}
         self._routing = routing_table(planned, urls, groups, counts)
         own = member_assignments(planned, members, groups, str(self._url), stats)
+        own = {m: with_incoming_warmed(a, tables | self.join_changelogs()) for m, a in own.items()}
         self._led_epoch = int(planned.get("epoch", 0))
         names = {m: info.state.url or info.state.host or m for m, info in members.items()}
         _log_pending(planned, scenario, names)
