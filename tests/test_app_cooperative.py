@@ -100,6 +100,8 @@ def test_a_third_worker_joins_and_the_kept_partitions_are_never_revoked(
             for r in rounds[worker.name]:
                 assert stayed <= set(r["kept"]) and not stayed & set(r["revoked"]), (worker.name, r)
         _one_owner_at_a_time(c, before, rounds)
+        page = newcomer.html("/tandem/group", timeout=10)
+        assert "<h2>Rebalance protocol</h2>" in page and "<td>cooperative</td>" in page
 
 
 def _one_owner_at_a_time(
