@@ -4,16 +4,20 @@ on real worker processes is tests/test_app_cooperative.py."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 
 import faust
 import pytest
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
+from aiokafka.consumer.subscription_state import SubscriptionState
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
+from aiokafka.structs import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from assignor import wire
+from assignor.faust_adapter.cooperative import keep_states
 from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join
 from assignor.faust_adapter.settings import SettingsError, TandemSettings
 from assignor.wire import Assignment, RebalanceStats, Subscription
@@ -191,8 +195,34 @@ def test_a_revoking_member_lists_what_it_releases_as_owned_until_released() -> N
     assert member.released() is False
 
 
-def _protocol_assignment(own: Assignment) -> object:
-    from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
-
+def _protocol_assignment(own: Assignment) -> ConsumerProtocolMemberAssignment:
     partitions = sorted((t, p) for t, p in own.active.items())
     return ConsumerProtocolMemberAssignment(wire.VERSION_COOPERATIVE, partitions, wire.encode_assignment(own))
+
+
+# -- the group coordinator's new assignment ----------------------------------------------------
+
+
+def test_kept_partitions_keep_their_fetch_state_across_a_new_assignment() -> None:
+    """aiokafka's own assign_from_subscribed makes fresh states (positions refreshed from the
+    committed offsets); keep_states moves the kept partitions' states to the new assignment."""
+
+    async def run() -> None:
+        state = SubscriptionState()
+        state.subscribe({"impressions"})
+        kept, revoked, added = (TopicPartition("impressions", p) for p in (0, 1, 2))
+        state.assign_from_subscribed({kept, revoked})
+        old = state.subscription.assignment
+        old.state_value(kept).seek(1234)
+        old.state_value(kept).pause()
+        keep_states(state, {kept, added})
+        new = state.subscription.assignment
+        assert new is not old and not old.active and new.active
+        assert new.state_value(kept).position == 1234 and new.state_value(kept).paused
+        assert new.state_value(kept)._assignment is new  # commit refreshes go to the live one
+        assert not new.state_value(added).has_valid_position  # fetched from its committed offset
+        assert new.state_value(revoked) is None
+        keep_states(state, {kept, added})  # unchanged: the very same assignment
+        assert state.subscription.assignment is new and not state.reassignment_in_progress
+
+    asyncio.run(run())
