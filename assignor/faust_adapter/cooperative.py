@@ -46,6 +46,7 @@ from aiokafka.consumer.subscription_state import (
     SubscriptionState,
     TopicPartitionState,
 )
+from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.structs import TopicPartition
 from faust.app.base import App as FaustApp
 from faust.transport.consumer import Consumer as FaustConsumer
@@ -109,7 +110,12 @@ def install_cooperative() -> None:
 async def _on_join_prepare(self: Any, previous_assignment: Any) -> None:
     member = _member(self)
     self._tandem_owned = set(previous_assignment.tps) if previous_assignment is not None else set()
-    if previous_assignment is None or member is None or not member.cooperative_round:
+    self._tandem_member_id = self.member_id
+    # A member the group no longer knows (its generation was reset: a session that expired)
+    # may have had its partitions given to others already: it gives them all up (KIP-429's
+    # "partitions lost"), as an eager member would.
+    lost = self.generation < 0 or self.member_id == JoinGroupRequest.UNKNOWN_MEMBER_ID
+    if previous_assignment is None or member is None or not member.cooperative_round or lost:
         self._tandem_kept = False
         await _ORIGINAL_PREPARE(self, previous_assignment)
         return
@@ -138,6 +144,11 @@ async def _on_join_complete(
     self._tandem_joining = False
     kept = getattr(self, "_tandem_kept", False)
     self._tandem_kept = False
+    if kept and member_id != getattr(self, "_tandem_member_id", member_id):
+        # Dropped from the group during the join (a new member id): partitions lost, as above.
+        log.warning("tandem: this member left the group during the join: its partitions are lost")
+        await _eager_revoke(self)
+        kept = False
     member = _member(self)
     assignor = self._lookup_assignor(protocol)
     assert assignor, f"invalid assignment protocol: {protocol}"
@@ -147,6 +158,7 @@ async def _on_join_complete(
     if not cooperative or not kept:
         if kept:  # an eager round after a cooperative one: revoke everything first
             await _eager_revoke(self)
+            kept = False
         # An eager round, or the first cooperative one (everything was revoked at the prepare).
         await _ORIGINAL_COMPLETE(self, generation, member_id, protocol, member_assignment_bytes)
         if member is not None:
