@@ -49,6 +49,7 @@ from aiokafka.consumer.subscription_state import (
 from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.structs import TopicPartition
 from faust.app.base import App as FaustApp
+from faust.tables.manager import TableManager
 from faust.transport.consumer import Consumer as FaustConsumer
 
 from assignor import internals, wire
@@ -194,7 +195,10 @@ async def _cooperative_complete(self: Any, assignor: Any, assignment: Any) -> No
         sorted(revoked),
         sorted(added),
     )
-    with narrowing(self, True):
+    # Read before the listener, whose revoke marks Faust's app as rebalancing again.
+    app = getattr(_member(self), "app", None)
+    settled = app is not None and getattr(app, "rebalancing", True) is False
+    with narrowing(self, True, settled):
         await _listener(self, "on_partitions_revoked", revoked)  # released before reassigning
         keep_states(state, assigned)
         subscription = state.subscription
@@ -244,6 +248,9 @@ class _Narrowing:
     def __init__(self) -> None:
         self.active = False
         self.seek_only: set[Any] | None = None
+        # Faust had finished its last rebalance (its recovery resumed the streams) when this
+        # round began: a round that changes nothing here then needs no recovery at all.
+        self.settled = False
 
 
 # Per consumer: its subscription state, which its group coordinator and the app both reach.
@@ -251,12 +258,14 @@ _NARROWING: weakref.WeakKeyDictionary[Any, _Narrowing] = weakref.WeakKeyDictiona
 
 
 class narrowing:  # noqa: N801 (a context manager, used like a function)
-    def __init__(self, coordinator: Any, active: bool) -> None:
+    def __init__(self, coordinator: Any, active: bool, settled: bool = False) -> None:
         self.state = _NARROWING.setdefault(coordinator._subscription, _Narrowing())
         self.active = active
+        self.settled = settled
 
     def __enter__(self) -> None:
         self.state.active = self.active
+        self.state.settled = self.settled
 
     def __exit__(self, *exc: object) -> None:
         self.state.active = False
@@ -310,6 +319,9 @@ async def _assign(app: Any, original: Assign, assigned: set[Any], generation_id:
     try:
         await app.agents.on_rebalance(revoked, newly_assigned)
         await app.topics.maybe_wait_for_subscriptions()
+        if not revoked and not newly_assigned and state.settled:
+            await _unchanged(app, assigned)
+            return
         if app.tables:
             # Faust's recovery restarts for every active table partition, kept ones included,
             # and replays its changelog from the store's persisted offset into the table: a kept
@@ -326,6 +338,26 @@ async def _assign(app: Any, original: Assign, assigned: set[Any], generation_id:
         await app.on_partitions_assigned.send(assigned)
     except Exception as exc:
         await app.crash(exc)
+
+
+async def _unchanged(app: Any, assigned: set[Any]) -> None:
+    """A round that changes nothing of this worker's Kafka assignment, after Faust had
+    finished the last one: its tables' actives and standbys are what they were (they are in
+    the Kafka assignment), so Faust's recovery is not restarted and nothing is paused. The
+    app's signal still goes out (the join runtime takes its own standby and warm-up changes),
+    and the rebalance Faust's listener began is ended (after its own return bookkeeping)."""
+    state = _state_of(app)
+    if state is not None:
+        state.seek_only = None
+    await app.on_partitions_assigned.send(assigned)
+    tables = app.tables
+    app.loop.call_soon(_rebalance_ended, app, tables)
+
+
+def _rebalance_ended(app: Any, tables: Any) -> None:
+    tables.on_actives_ready()
+    tables.on_standbys_ready()
+    app.on_rebalance_end()
 
 
 async def seek_to_committed(app: Any, seek: Callable[..., Awaitable[Any]]) -> Any:
@@ -392,3 +424,7 @@ internals.require(
     "in_transaction",
     "unassigned",
 )
+internals.require(__name__, gc.GroupCoordinator, "generation", "member_id", instance=True)
+internals.require(__name__, JoinGroupRequest, "UNKNOWN_MEMBER_ID")
+internals.require(__name__, FaustApp, "rebalancing", "on_rebalance_end")
+internals.require(__name__, TableManager, "on_actives_ready", "on_standbys_ready")
