@@ -135,7 +135,8 @@ def test_a_rolling_upgrade_from_eager_switches_once_every_member_is_cooperative(
 ) -> None:
     """KIP-429's upgrade: workers restarted one by one with the setting. While one still runs
     eager the group runs eager rounds (no worker keeps anything through a join); once all have
-    the setting, the group runs cooperative rounds; nothing is lost on the way."""
+    the setting, the group runs cooperative rounds, through a second rolling restart and a
+    leave; nothing is lost on the way, nothing spurious."""
     with cluster(broker, unique, tmp_path) as c:
         workers = [c.worker(f"w{i}", f"host-{i}").start() for i in (1, 2, 3)]
         c.wait_covered(90)
@@ -155,6 +156,20 @@ def test_a_rolling_upgrade_from_eager_switches_once_every_member_is_cooperative(
                 for w in workers[: index + 1]:  # the upgraded ones announce it, the group stays eager
                     assert _protocol(w)["announced"] == "cooperative"
                     assert all(r["protocol"] == "eager" for r in _protocol(w)["rounds"])
+        # A second bounce, now cooperative (KIP-429's second one drops the eager protocol; here
+        # it is a rolling restart of a cooperative group): the workers not restarted only ever
+        # run cooperative rounds, and lose nothing but what the planner moves.
+        for worker in workers:
+            others = [w for w in workers if w is not worker]
+            restarted_at = time.time()
+            worker.stop()
+            worker.start()
+            assert wait_for(lambda: _settled(workers), 90), (
+                f"after restarting {worker.name}; logs in {tmp_path}"
+            )
+            for other in others:
+                rounds = _rounds_since(other, restarted_at)
+                assert rounds and all(r["protocol"] == "cooperative" for r in rounds), (other.name, rounds)
         switched_at = time.time()
         # One more rebalance of the cooperative group: a worker leaves; the others keep theirs.
         before = {w.name: _actives(w) for w in workers}
