@@ -195,6 +195,34 @@ def test_a_revoking_member_lists_what_it_releases_as_owned_until_released() -> N
     assert member.released() is False
 
 
+def test_the_view_shows_the_protocol_and_what_a_cooperative_round_revokes_pends_and_keeps() -> None:
+    member = _assignor()
+    assert (
+        member.cooperative_view()["group_runs"] == "eager"
+        and member.cooperative_view()["announced"] == "cooperative"
+    )
+    own = Assignment(epoch=6, active={"impressions": [0]}, revoking={"impressions": [2]},
+                     incoming={"impressions": [4]}, follow_up=True, cooperative=True)  # fmt: skip
+    member.on_assignment(_protocol_assignment(own))
+    member.note_round(7, True, [TopicPartition("impressions", 0)], [TopicPartition("impressions", 2)], [])
+    view = member.cooperative_view()
+    assert view["setting"] == "cooperative" and view["group_runs"] == "cooperative"
+    assert (view["revoked"], view["pending"], view["kept"]) == (
+        ["impressions:2"],
+        ["impressions:4"],
+        ["impressions:0"],
+    )
+    assert view["follow_up"] is True
+    [round_] = view["rounds"]
+    assert (round_["kept"], round_["revoked"], round_["newly_assigned"]) == (
+        ["impressions:0"],
+        ["impressions:2"],
+        [],
+    )
+    assert round_["pending"] == ["impressions:4"] and round_["protocol"] == "cooperative"
+    assert _assignor("eager").cooperative_view()["announced"] == "eager"
+
+
 def _protocol_assignment(own: Assignment) -> ConsumerProtocolMemberAssignment:
     partitions = sorted((t, p) for t, p in own.active.items())
     return ConsumerProtocolMemberAssignment(wire.VERSION_COOPERATIVE, partitions, wire.encode_assignment(own))
