@@ -317,6 +317,10 @@ async def _assign(app: Any, original: Assign, assigned: set[Any], generation_id:
     revoked, newly_assigned = app._update_assignment(assigned)
     state.seek_only = set(newly_assigned)
     try:
+        # The app's handlers of an assignment (the join runtime's among them) were written for
+        # streams drained by a revoke: drain them here too (the batch in flight finishes, what
+        # is queued is read again), else they would reassign under a batch still running.
+        await app._consumer_wait_empty(app.consumer, log)
         await app.agents.on_rebalance(revoked, newly_assigned)
         await app.topics.maybe_wait_for_subscriptions()
         if not revoked and not newly_assigned and state.settled:
