@@ -215,8 +215,11 @@ def member_assignments(
     leader_url: str,
     stats: RebalanceStats,
 ) -> dict[str, Assignment]:
-    """Every member's own part of the plan (and nothing of the others')."""
+    """Every member's own part of the plan (and nothing of the others'); in a cooperative round,
+    what it revokes now and what it gets in the follow-up."""
     by_member = planned.get("members", {})
+    follow_up = bool(planned.get("follow_up", False))
+    cooperative = "revoking" in planned  # present (possibly empty) in every cooperative round
     return {
         member: Assignment(
             epoch=int(planned.get("epoch", 0)),
@@ -226,9 +229,37 @@ def member_assignments(
             leader_url=leader_url,
             stats=stats,
             warmup=_copy(by_member.get(member, {}).get("warmup", {})),
+            revoking=_moving(planned, "from", member),
+            incoming=_moving(planned, "to", member),
+            follow_up=follow_up,
+            cooperative=cooperative,
         )
         for member in members
     }
+
+
+def _moving(planned: Mapping[str, Any], side: str, member: str) -> dict[str, list[int]]:
+    """topic -> partitions of the round's revoked tasks whose `side` ("from"/"to") is `member`."""
+    found: dict[str, set[int]] = {}
+    for entry in planned.get("revoking", []):
+        if entry.get(side) == member:
+            for topic in entry["topics"]:
+                found.setdefault(topic, set()).add(int(entry["partition"]))
+    return {t: sorted(p) for t, p in sorted(found.items())}
+
+
+def with_incoming_warmed(assignment: Assignment, changelogs: set[str]) -> Assignment:
+    """A cooperative round lists a task coming to this member in the follow-up under nobody's
+    standbys or warm-ups (C3: they are the target's, where it is this member's active). Its
+    changelogs stay warm-ups here meanwhile (Faust tables' too, through the consumer), so the
+    member keeps tailing them and reports them caught up: else the follow-up finds it cold
+    and holds the task elsewhere, and the next probe revokes it again (measured: a loop)."""
+    incoming = {t: p for t, p in assignment.incoming.items() if t in changelogs}
+    if not incoming:
+        return assignment
+    warmup = {t: sorted(set(p) | set(incoming.get(t, []))) for t, p in assignment.warmup.items()}
+    warmup.update({t: p for t, p in incoming.items() if t not in warmup})
+    return replace(assignment, warmup=warmup)
 
 
 def with_global_tables(

@@ -50,6 +50,12 @@ VERSION = 1  # what subscriptions, routing tables and assignments without warm-u
 # reads them with this number as its protocol metadata version (outside the user data, which an
 # older leader reads unchanged); other members get their warm-ups as plain standbys.
 VERSION_WARMUPS = 2
+# Cooperative rounds (KIP-429): version 2 plus what this member revokes now, what it gets in the
+# follow-up, whether the group rebalances again, and that the round is cooperative. A member
+# announces it reads them (and keeps running what stays its own through a rebalance) with this
+# number as its protocol metadata version; the leader plans cooperatively only when every
+# member does (assignor/faust_adapter/partition_assignor.py).
+VERSION_COOPERATIVE = 3
 FLAG_ZLIB = 0x01
 KIND_SUBSCRIPTION, KIND_ASSIGNMENT, KIND_ROUTING = 1, 2, 3
 HEADER = struct.Struct(">2sBB")
@@ -112,11 +118,23 @@ class Assignment:
     leader_url: str = ""
     stats: RebalanceStats = field(default_factory=RebalanceStats)
     warmup: TopicPartitions = field(default_factory=dict)  # changelog partitions to warm up
+    # Cooperative rounds: partitions this member gives up now (it ran them: it releases them,
+    # then asks for the follow-up), those it gets in the follow-up (pending), and whether the
+    # group rebalances again once the revocations are done.
+    revoking: TopicPartitions = field(default_factory=dict)
+    incoming: TopicPartitions = field(default_factory=dict)
+    follow_up: bool = False
+    cooperative: bool = False  # planned as a cooperative round: keep what stays through the next
 
     @property
     def has_warmups(self) -> bool:
         """Whether this assignment needs version 2 (warm-ups, or moves pending in the group)."""
         return bool(self.warmup) or self.stats.pending > 0 or self.stats.warmups > 0
+
+    @property
+    def has_cooperative(self) -> bool:
+        """Whether this assignment needs version 3 (a cooperative round that moves something)."""
+        return self.cooperative or bool(self.revoking) or bool(self.incoming) or self.follow_up
 
 
 @dataclass(frozen=True)
@@ -556,33 +574,53 @@ def encode_assignment(assignment: Assignment) -> bytes:
     s = assignment.stats
     for value in (s.tasks, s.kept, s.moved_warm, s.moved_cold, s.plan_ms):
         w.uint(value)
-    if not assignment.has_warmups:
+    if not (assignment.has_warmups or assignment.has_cooperative):
         return w.finish(KIND_ASSIGNMENT)
     w.topic_partitions(assignment.warmup)
     w.uint(s.pending)
     w.uint(s.warmups)
-    return w.finish(KIND_ASSIGNMENT, VERSION_WARMUPS)
+    if not assignment.has_cooperative:
+        return w.finish(KIND_ASSIGNMENT, VERSION_WARMUPS)
+    w.topic_partitions(assignment.revoking)
+    w.topic_partitions(assignment.incoming)
+    w.uint(int(assignment.follow_up) | int(assignment.cooperative) << 1)
+    return w.finish(KIND_ASSIGNMENT, VERSION_COOPERATIVE)
 
 
 def decode_assignment(data: bytes) -> Assignment:
-    r = _Reader(data, KIND_ASSIGNMENT, (VERSION, VERSION_WARMUPS))
+    r = _Reader(data, KIND_ASSIGNMENT, (VERSION, VERSION_WARMUPS, VERSION_COOPERATIVE))
     epoch = r.uint()
     leader_url = r.text()
     active, standby = r.topic_partitions(), r.topic_partitions()
     groups = _read_groups(r)
     counts = [r.uint() for _ in range(5)]
     warmup: TopicPartitions = {}
+    revoking: TopicPartitions = {}
+    incoming: TopicPartitions = {}
+    follow_up = cooperative = False
     if r.version >= VERSION_WARMUPS:
         warmup = r.topic_partitions()
         counts += [r.uint(), r.uint()]
+    if r.version >= VERSION_COOPERATIVE:
+        revoking, incoming = r.topic_partitions(), r.topic_partitions()
+        flags = r.uint()
+        if flags > 3:
+            raise WireError(f"cooperative flags {flags} are not 0 to 3")
+        follow_up, cooperative = bool(flags & 1), bool(flags & 2)
     r.end()
-    return Assignment(epoch, active, standby, groups, leader_url, RebalanceStats(*counts), warmup)
+    stats = RebalanceStats(*counts)
+    return Assignment(
+        epoch, active, standby, groups, leader_url, stats, warmup, revoking, incoming, follow_up, cooperative
+    )
 
 
 def for_reader(assignment: Assignment, reader_version: int) -> Assignment:
     """The assignment as a member of that protocol version can read it: a member that does not
     read warm-ups gets them as standbys (it tails them the same way, and reports them back as
-    its standbys, which is what the planner expects of a warm-up), and version 1 bytes."""
+    its standbys, which is what the planner expects of a warm-up), and version 1 bytes. Only a
+    member of the cooperative protocol reads a cooperative round's fields (version 3)."""
+    if reader_version < VERSION_COOPERATIVE and assignment.has_cooperative:
+        assignment = replace(assignment, revoking={}, incoming={}, follow_up=False, cooperative=False)
     if reader_version >= VERSION_WARMUPS or not assignment.has_warmups:
         return assignment
     standby = {t: list(p) for t, p in assignment.standby.items()}

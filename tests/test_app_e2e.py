@@ -56,10 +56,11 @@ def test_copartitioned_on_the_wire_and_the_view(broker: EmbeddedBroker, unique: 
         assert "<table>" in html and "moved warm" in html and "w1" in html and "ad-join" in html
 
 
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
 def test_sigkill_survivors_take_over_and_nothing_is_lost(
-    broker: EmbeddedBroker, unique: str, tmp_path: Path
+    broker: EmbeddedBroker, unique: str, tmp_path: Path, protocol: str
 ) -> None:
-    with cluster(broker, unique, tmp_path) as c:
+    with cluster(broker, unique, tmp_path, worker_env={"TANDEM_REBALANCE_PROTOCOL": protocol}) as c:
         workers = [c.worker(f"w{i}", f"host-{i % 2}").start() for i in range(3)]
         c.wait_covered()
         traffic = c.traffic(unique)

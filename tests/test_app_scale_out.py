@@ -72,10 +72,11 @@ def _moved_to(newcomer: dict[str, Any]) -> dict[int, int]:
     return moved
 
 
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
 def test_a_fourth_worker_takes_over_warm_without_an_output_gap(
-    broker: EmbeddedBroker, unique: str, tmp_path: Path
+    broker: EmbeddedBroker, unique: str, tmp_path: Path, protocol: str
 ) -> None:
-    with cluster(broker, unique, tmp_path) as c:
+    with cluster(broker, unique, tmp_path, worker_env={"TANDEM_REBALANCE_PROTOCOL": protocol}) as c:
         s = c.settings
         asyncio.run(create_with_configs(broker.bootstrap, {s.changelog: PARTITIONS},
                                         {s.changelog: changelog_configs(None)}))  # fmt: skip

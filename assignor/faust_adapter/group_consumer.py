@@ -28,6 +28,7 @@ from faust.types import TP, AppT
 
 from assignor import internals
 from assignor.clients import app_settings
+from assignor.faust_adapter.cooperative import narrow_faust_handlers, seek_to_committed
 from assignor.faust_adapter.probes import fetched_high_watermarks
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,20 @@ class TandemConsumer(Consumer):
         super().__init_subclass__(**kwargs)  # mode gives the class its module's logger
         _quiet_revoked_seeks(cls.logger)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        narrow_faust_handlers(self)  # cooperative rounds: only what moves stops (cooperative.py)
+
     def _new_consumer_thread(self) -> TandemConsumerThread:
         return self.consumer_thread(self, loop=self.loop, beacon=self.beacon)
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        thread = self._thread
+
+        async def seek(*partitions: Any) -> Any:
+            return await thread.call_thread(thread._ensure_consumer().seek_to_committed, *partitions)
+
+        return await seek_to_committed(self.app, seek)
 
 
 def install_consumer(
@@ -138,7 +151,8 @@ def _quiet_revoked_seeks(logger: logging.Logger) -> None:
 
 _quiet_revoked_seeks(TandemConsumer.logger)
 
-internals.require(__name__, Consumer, "_new_consumer_thread")
+internals.require(__name__, Consumer, "_new_consumer_thread", "seek_to_committed")
+internals.require(__name__, AIOKafkaConsumerThread, "call_thread", "_ensure_consumer")
 internals.require(__name__, AIOKafkaConsumerThread, "_create_worker_consumer", "_highwaters", "on_start")
 internals.require(
     __name__, aiokafka.AIOKafkaConsumer, "_partition_assignment_strategy", "_fetch_max_wait_ms", instance=True

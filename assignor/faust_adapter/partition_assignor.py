@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -42,6 +43,7 @@ from assignor import PlanStats, internals, log_masking, plan_with_stats, wire
 from assignor.clients import app_settings
 from assignor.core.plan import collector_paused
 from assignor.faust_adapter import web_defaults
+from assignor.faust_adapter.cooperative import blocked_by, install_cooperative
 from assignor.faust_adapter.faust_tables import faust_table_offsets
 from assignor.faust_adapter.group import delay_follower_sync, install_group_join, request_rejoin
 from assignor.faust_adapter.group_consumer import add_start_check, install_consumer
@@ -60,6 +62,7 @@ from assignor.group_scenario import (
     topic_counts,
     verify_copartitioned,
     with_global_tables,
+    with_incoming_warmed,
 )
 from assignor.internals import check
 
@@ -84,6 +87,7 @@ internals.require(__name__, TableManager, "_changelogs", instance=True)
 
 PROTOCOL = "tandem"
 STOCK_KEY = "tandem"  # where a Tandem member hides its subscription in stock metadata
+ROUNDS_KEPT = 20
 LocalOffsets = Callable[[], Mapping[str, Mapping[int, int]]]
 
 
@@ -115,12 +119,32 @@ class TandemAssignor(PartitionAssignor):
         self._lookup: asyncio.Task[dict[str, dict[int, int]]] | None = None
         self._led_epoch = -1  # the epoch this member last planned as the group's leader
         self._probe: asyncio.TimerHandle | None = None  # the periodic probing rebalance
+        # Cooperative rounds: what this member still runs until it has released it (its
+        # subscription lists it as owned meanwhile), and whether the leader must ask for the
+        # follow-up itself (a task revoked from an eager member, which does not ask).
+        self._releasing: wire.TopicPartitions = {}
+        self._leader_follow_up = False
+        self._said_eager = False
+        # This member's last rounds as its group coordinator ran them (the view shows them):
+        # what it kept running, revoked and was newly given, eager or cooperative.
+        self.rounds: deque[dict[str, Any]] = deque(maxlen=ROUNDS_KEPT)
 
     # ------------------------------------------------------------ what the app reads
 
     def protocols(self) -> list[Any]:
         """Group protocols in order of preference: ours, then stock Faust's."""
         return [self, self.stock]
+
+    @property
+    def cooperative_round(self) -> bool:
+        """Whether the group's last round was cooperative: this member then keeps what it runs
+        through the next rebalance (assignor/faust_adapter/cooperative.py)."""
+        return self._own.cooperative
+
+    @property
+    def rebalance_protocol(self) -> str:
+        """What the group's last round ran: 'cooperative' or 'eager' (the view shows it)."""
+        return "cooperative" if self._own.cooperative else "eager"
 
     def actives(self) -> dict[str, list[int]]:
         return {t: list(p) for t, p in self._own.active.items()}
@@ -172,8 +196,25 @@ class TandemAssignor(PartitionAssignor):
 
     @property
     def version(self) -> int:
-        """Protocol metadata version: tells the leader this member reads warm-up assignments."""
-        return wire.VERSION_WARMUPS
+        """Protocol metadata version: tells the leader this member reads warm-up assignments,
+        and with TANDEM_REBALANCE_PROTOCOL=cooperative, cooperative rounds."""
+        return wire.VERSION_COOPERATIVE if self.runs_cooperative else wire.VERSION_WARMUPS
+
+    @property
+    def runs_cooperative(self) -> bool:
+        """TANDEM_REBALANCE_PROTOCOL=cooperative, and nothing in the app makes it unsafe (then
+        eager, said once): what this member announces to the leader."""
+        if not self.settings.cooperative:
+            return False
+        reasons = blocked_by(self.app)
+        if reasons and not self._said_eager:
+            self._said_eager = True
+            log.warning(
+                "tandem: TANDEM_REBALANCE_PROTOCOL=cooperative, but this app rebalances eagerly: %s "
+                "(docs/operations.md, 'Cooperative rebalancing')",
+                "; ".join(reasons),
+            )
+        return not reasons
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         data = wire.encode_subscription(self.subscription())
@@ -188,7 +229,7 @@ class TandemAssignor(PartitionAssignor):
             host=s.host,
             rack=s.rack,
             capacity=s.capacity,
-            previous_active=self._own.active,
+            previous_active=_merged(self._own.active, self._releasing),
             previous_standby=_merged(self._own.standby, self._own.warmup),  # as the contract asks
             local_offsets=self._read_local_offsets(),
         )
@@ -215,7 +256,18 @@ class TandemAssignor(PartitionAssignor):
         with collector_paused():
             limits = self.wire_limits(cluster, [md.subscription for md in member_metadata.values()])
             members = {m: _member_info(m, md, limits) for m, md in member_metadata.items()}
-            return self.assign_members(cluster, members)
+            return self.assign_members(cluster, members, self._plans_cooperatively(members))
+
+    def _plans_cooperatively(self, members: Mapping[str, MemberInfo]) -> bool:
+        """Cooperative when every member says it runs cooperative rounds (its metadata version),
+        so one member still on eager makes the round eager (the rolling upgrade: docs/operations.md).
+        And when the group's last round was cooperative: its members kept running what they own
+        through this rebalance, so a task of theirs may still only move by being revoked first,
+        even if an eager member has joined since."""
+        if not members:
+            return False
+        every = all(info.wire_version >= wire.VERSION_COOPERATIVE for info in members.values())
+        return every or self._own.cooperative
 
     def wire_limits(self, cluster: ClusterMetadata, subscriptions: Iterable[Iterable[str]]) -> wire.Limits:
         """The real partition count of every topic this group plans: what bounds and checks
@@ -230,18 +282,18 @@ class TandemAssignor(PartitionAssignor):
         )
 
     def assign_members(
-        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
+        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo], cooperative: bool = False
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         with collector_paused():
             try:
-                return self._assign_members(cluster, members)
+                return self._assign_members(cluster, members, cooperative)
             except Exception:  # the last line of defence: a plan without history beats no group
                 log.exception("tandem: planning with the members' history failed; planning without it")
                 fresh = {m: replace(info, state=wire.NO_HISTORY) for m, info in members.items()}
-                return self._assign_members(cluster, fresh)
+                return self._assign_members(cluster, fresh, cooperative)
 
     def _assign_members(
-        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo]
+        self, cluster: ClusterMetadata, members: Mapping[str, MemberInfo], cooperative: bool = False
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         started = time.monotonic()
         subscribed = {t for info in members.values() for t in info.subscription}
@@ -262,6 +314,8 @@ class TandemAssignor(PartitionAssignor):
             self.settings.acceptable_recovery_lag,
             self._warmup_input(),
         )
+        if cooperative:  # revoke first, assign in the follow-up (docs/scenario-format.md, C1-C5)
+            scenario["protocol"] = "cooperative"
         result = plan_with_stats(scenario)
         planned = result.assignment
         for warning in planned.get("warnings", []):
@@ -270,9 +324,13 @@ class TandemAssignor(PartitionAssignor):
         urls = {m: info.state.url for m, info in members.items() if info.state.url}
         self._routing = routing_table(planned, urls, groups, counts)
         own = member_assignments(planned, members, groups, str(self._url), stats)
+        own = {m: with_incoming_warmed(a, tables | self.join_changelogs()) for m, a in own.items()}
         self._led_epoch = int(planned.get("epoch", 0))
         names = {m: info.state.url or info.state.host or m for m, info in members.items()}
         _log_pending(planned, scenario, names)
+        _log_revoking(planned, names)
+        eager = {m for m, info in members.items() if info.wire_version < wire.VERSION_COOPERATIVE}
+        self._leader_follow_up = any(entry["from"] in eager for entry in planned.get("revoking", []))
         return {
             member: self._protocol_assignment(
                 wire.for_reader(
@@ -366,8 +424,49 @@ class TandemAssignor(PartitionAssignor):
             own = wire.Assignment(active={t: sorted(p) for t, p in assignment.assignment})
         self._adopt(own, PROTOCOL)
 
+    def note_round(
+        self,
+        generation: int,
+        cooperative: bool,
+        kept: Iterable[Any],
+        revoked: Iterable[Any],
+        added: Iterable[Any],
+    ) -> None:
+        """The coordinator's record of a round on this member (topic-partitions as "topic:p")."""
+        self.rounds.append({
+            "generation": generation, "epoch": self._epoch, "at": time.time(),
+            "protocol": "cooperative" if cooperative else "eager",
+            "kept": _tp_names(kept), "revoked": _tp_names(revoked), "newly_assigned": _tp_names(added),
+            "pending": _tp_names_of(self._own.incoming), "follow_up": self._own.follow_up,
+        })  # fmt: skip
+
+    def cooperative_view(self) -> dict[str, Any]:
+        """What the view shows of the protocol: the setting, what this member announces, what
+        the group's last round ran, and during a cooperative rebalance the partitions this member
+        is releasing (revoked), those it gets in the follow-up (pending) and keeps running."""
+        own = self._own
+        return {
+            "setting": self.settings.rebalance_protocol,
+            "announced": "cooperative" if self.runs_cooperative else "eager",
+            "group_runs": self.rebalance_protocol,
+            "revoked": _tp_names_of(own.revoking),
+            "pending": _tp_names_of(own.incoming),
+            "kept": _tp_names_of(own.active) if own.cooperative else [],
+            "follow_up": own.follow_up,
+            "rounds": list(self.rounds),
+        }
+
+    def released(self) -> bool:
+        """The coordinator has released this round's revoked partitions: whether the group needs
+        the follow-up rebalance now (this member revoked something, or, as the leader, planned a
+        revocation from a member that does not ask for it)."""
+        due = bool(self._releasing) or self._leader_follow_up
+        self._releasing, self._leader_follow_up = {}, False
+        return due
+
     def _adopt(self, own: wire.Assignment, protocol: str, keep_distribution: bool = False) -> None:
         """Make Faust's internals (tables, routing, transactions) see this assignment."""
+        self._releasing = own.revoking
         self._own = own
         self._epoch = own.epoch
         # Kafka-wise a warm-up is a standby: Faust tails a Faust table's warm-up like one.
@@ -527,6 +626,19 @@ class StockProtocol:
         self.tandem._adopt(own, "faust", keep_distribution=True)
 
 
+def _log_revoking(planned: Mapping[str, Any], names: Mapping[str, str], shown: int = 10) -> None:
+    """The leader's log of a cooperative round's revocations."""
+    revoking = planned.get("revoking", [])
+    if revoking:
+        log.info("tandem: cooperative round: %s task(s) revoked, assigned in the follow-up", len(revoking))
+    for entry in revoking[:shown]:
+        log.info(
+            "tandem: task %s#%s revoked from %s, to %s in the follow-up",
+            "+".join(entry["topics"]), entry["partition"], names.get(entry["from"], entry["from"]),
+            names.get(entry["to"], entry["to"]),
+        )  # fmt: skip
+
+
 def _member_info(member: str, md: ConsumerProtocolMemberMetadata, limits: wire.Limits) -> MemberInfo:
     """What the leader plans with for one member: its history if its user data is readable
     and true of this group, none otherwise (read_subscription warns, naming the member)."""
@@ -619,6 +731,14 @@ def _stats(planned: PlanStats, started: float) -> wire.RebalanceStats:
         pending=planned.pending,
         warmups=sum(planned.warmups.values()),
     )
+
+
+def _tp_names(tps: Iterable[Any]) -> list[str]:
+    return sorted(f"{tp.topic}:{tp.partition}" for tp in tps)
+
+
+def _tp_names_of(partitions: wire.TopicPartitions) -> list[str]:
+    return sorted(f"{t}:{p}" for t, ps in partitions.items() for p in ps)
 
 
 def _quiet(task: asyncio.Future[Any]) -> None:
@@ -744,6 +864,7 @@ def install(
     if not any(getattr(s, "faust_tables", False) for s in assignor.local_offsets):
         assignor.local_offsets.append(_FaustTableOffsets(app))
     install_group_join()
+    install_cooperative()
     delay_follower_sync(assignor.settings.follower_sync_delay_ms / 1000)
     install_consumer(app, assignor.settings.fetch_max_wait_ms, assignor.settings.fetch_high_watermarks)
     add_start_check(app, functools.partial(_verify_joins, assignor))

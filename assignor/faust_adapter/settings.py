@@ -14,6 +14,7 @@
 | fetch_max_wait_ms | TANDEM_FETCH_MAX_WAIT_MS | 1500 (Faust's); the embedded broker needs ~100 |
 | follower_sync_delay_ms | TANDEM_FOLLOWER_SYNC_DELAY_MS | 0; the embedded broker needs ~150 |
 | fetch_high_watermarks | TANDEM_FETCH_HIGH_WATERMARKS | false; true on the embedded broker |
+| rebalance_protocol | TANDEM_REBALANCE_PROTOCOL | eager; cooperative: KIP-429 rounds (docs/operations.md) |
 
 Explicit arguments to :meth:`TandemSettings.from_env` win over the environment,
 which wins over the defaults.
@@ -32,6 +33,7 @@ ENV_PREFIX = "TANDEM_"
 DEFAULT_RECOVERY_LAG = 10_000
 DEFAULT_MAX_WARMUPS = 2
 DEFAULT_PROBING_INTERVAL_S = 600.0
+REBALANCE_PROTOCOLS = ("eager", "cooperative")
 
 
 class SettingsError(ValueError):
@@ -58,8 +60,17 @@ class TandemSettings:
     fetch_max_wait_ms: int = 1500
     follower_sync_delay_ms: int = 0
     fetch_high_watermarks: bool = False
+    # eager: every member gives up everything at each rebalance (aiokafka's and Faust's way);
+    # cooperative: members keep what stays theirs, a moving task is revoked, then assigned in
+    # a follow-up rebalance (KIP-429; docs/planner.md sections 8-9).
+    rebalance_protocol: str = "eager"
 
     def __post_init__(self) -> None:
+        if self.rebalance_protocol not in REBALANCE_PROTOCOLS:
+            raise SettingsError(
+                f"{ENV_PREFIX}REBALANCE_PROTOCOL must be 'eager' or 'cooperative', "
+                f"not {self.rebalance_protocol!r}"
+            )
         if self.standby_replicas < 0:
             raise SettingsError(f"standby_replicas must be >= 0, not {self.standby_replicas}")
         if not (math.isfinite(self.capacity) and self.capacity > 0):
@@ -78,6 +89,10 @@ class TandemSettings:
             raise SettingsError("fetch_max_wait_ms and follower_sync_delay_ms must be >= 0")
         if not self.host:
             object.__setattr__(self, "host", socket.gethostname())
+
+    @property
+    def cooperative(self) -> bool:
+        return self.rebalance_protocol == "cooperative"
 
     @classmethod
     def from_env(
@@ -109,6 +124,7 @@ def _parse(name: str, raw: str) -> Any:
         "max_warmup_replicas": int,
         "probing_rebalance_interval_s": float,
         "end_offsets_timeout_ms": int,
+        "rebalance_protocol": str.lower,
     }
     convert = converters.get(name, str)
     try:

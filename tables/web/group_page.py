@@ -269,6 +269,7 @@ def render_group_html(snapshot: dict[str, Any]) -> str:
         f"{escape(time.strftime('%H:%M:%S', time.localtime(snapshot['generated_at'])))} · "
         f"refreshes every {REFRESH_S} s · <a href='/tandem/group.json'>JSON</a></p>",
         _workers_table(workers),
+        _protocol_table(live),
         _joins_table(workers),
         _plots(live, colours),
     ]
@@ -343,6 +344,43 @@ def _workers_table(workers: list[dict[str, Any]]) -> str:
         "process started (a restarted worker counts from 0 again; Prometheus sees the reset).</p>"
     )
     return f"<h2>Workers</h2>{note}<table><tr>{header}</tr>{''.join(rows)}</table>"
+
+
+def _protocol_table(live: list[dict[str, Any]]) -> str:
+    """Eager or cooperative, and in a cooperative rebalance what each worker releases, waits
+    for and keeps running (topic:partition)."""
+    rows = []
+    for w in live:
+        found = w["view"].get("rebalance_protocol")
+        if not found:
+            continue
+        cells = [
+            _td(w["view"]["worker"]),
+            _td(found["setting"]),
+            _td(found["announced"]),
+            _td(found["group_runs"]),
+        ]
+        cells += [_td(", ".join(found.get(key, [])) or None) for key in ("revoked", "pending")]
+        cells.append(_td(len(found.get("kept", [])), True))
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    if not rows:
+        return ""
+    head = [
+        "worker",
+        "setting",
+        "announces",
+        "group runs",
+        "revoked (releasing)",
+        "pending (coming here)",
+        "kept",
+    ]
+    header = "".join(f"<th>{escape(h)}</th>" for h in head)
+    note = (
+        "<p class='sub'>TANDEM_REBALANCE_PROTOCOL: the group runs cooperative rounds once every worker "
+        "announces them. In a cooperative rebalance a moving partition is revoked from its owner first "
+        "and assigned in a follow-up rebalance; the kept ones keep running (docs/operations.md).</p>"
+    )
+    return f"<h2>Rebalance protocol</h2>{note}<table><tr>{header}</tr>{''.join(rows)}</table>"
 
 
 def _joins_table(workers: list[dict[str, Any]]) -> str:

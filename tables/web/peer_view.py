@@ -62,6 +62,19 @@ def check_view(view: Any, known_partitions: Mapping[str, int]) -> None:
         _text(name, "a join name")
         _check_join(join, f"join {name[:40]!r}", known_partitions)
     _check_history(view.get("history", {}))
+    _check_protocol(view.get("rebalance_protocol"))
+
+
+def _check_protocol(protocol: Any) -> None:
+    """The rebalance protocol the page shows (absent or null on a worker without it)."""
+    if protocol is None:
+        return
+    _mapping(protocol, "rebalance_protocol")
+    for key in ("setting", "announced", "group_runs"):
+        _text(protocol.get(key), f"rebalance_protocol {key}")
+    for key in ("revoked", "pending", "kept"):
+        for entry in _list(protocol.get(key, []), f"rebalance_protocol {key}", MAX_LIST * 100):
+            _text(entry, f"rebalance_protocol {key}")
 
 
 def _check_join(join: Any, where: str, known_partitions: Mapping[str, int]) -> None:

@@ -21,6 +21,11 @@ from tables.web.metrics import worker_name
 STARTED_AT = time.time()  # when this process imported Tandem's pages: the counters' origin
 
 
+def _rebalance_protocol(assignor: Any) -> dict[str, Any] | None:
+    view = getattr(assignor, "cooperative_view", None)
+    return view() if view is not None else None
+
+
 def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
     """This worker, its assignment and every join it runs (the JSON of /tandem/)."""
     assignor = app.assignor
@@ -41,6 +46,9 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "wire": _wire(app),
         "assignment": _assignment(app),
         "group_rebalance": group_rebalance(app),
+        # eager or cooperative (TANDEM_REBALANCE_PROTOCOL), and in a cooperative rebalance the
+        # partitions this worker revokes, gets in the follow-up (pending) and keeps running.
+        "rebalance_protocol": _rebalance_protocol(assignor),
         "probing_rebalances_asked": runtime.prober.probes,
         "joins": {name: join_view(task) for name, task in sorted(runtime.tasks.items())},
         # Stores found damaged and set aside (then restored), per reason, since the process started.
