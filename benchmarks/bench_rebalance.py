@@ -199,8 +199,11 @@ class Group:
         return window
 
     def reported_protocol(self) -> str:
-        """The protocol the workers say they run (their planner settings), or what they lack."""
-        found = {str((w.view() or {}).get("planner", {}).get("protocol")) for w in self.live()}
+        """The protocol the workers say their group runs (the view's `rebalance_protocol`), or
+        None for workers that do not report one."""
+        found = {
+            str(((w.view() or {}).get("rebalance_protocol") or {}).get("group_runs")) for w in self.live()
+        }
         return ", ".join(sorted(found))
 
 

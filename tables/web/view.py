@@ -223,9 +223,10 @@ def _planner(app: AppT) -> dict[str, Any] | None:
         "table_changelogs": sorted(assignor.table_changelogs()),
         "global_changelogs": sorted(assignor.global_changelogs()),
         "standby_replicas": settings.standby_replicas,
-        # The rebalance protocol the leader names in its scenario (TANDEM_REBALANCE_PROTOCOL);
-        # None while the assignor has no such setting (the scenario then names none).
-        "protocol": getattr(settings, "rebalance_protocol", None),
+        # The protocol the leader names in its scenario: "cooperative" once the group runs
+        # cooperative rounds, else none (an eager round names no protocol, and the planner's
+        # ties depend on whether one is named), so the what-if plans as the leader does.
+        "protocol": "cooperative" if getattr(assignor, "cooperative_round", False) else None,
         "acceptable_recovery_lag": settings.acceptable_recovery_lag,
         "warmups": settings.warmups,
         "max_warmup_replicas": settings.max_warmup_replicas,
