@@ -443,6 +443,7 @@ def _step(title: str, before: Group, after: Group, kind: str = "change") -> Step
         ] + [_leaving(m, join) for n, m in before.members.items() if n not in after.members]
     s = result.stats
     names = {m.member_id: m.name for m in after.members.values()}
+    changelogs = {j.changelog for j in after.joins if j.changelog} | after.table_changelogs
     return Step(
         title=title,
         epoch=int(planned["epoch"]),
@@ -454,13 +455,26 @@ def _step(title: str, before: Group, after: Group, kind: str = "change") -> Step
         },
         joins=joins,
         warnings=list(planned["warnings"]),
-        planned=planned["members"],
+        planned=_incoming_warmed(planned, changelogs),
         pending_moves=[_named(move, names) for move in planned.get("pending_moves", [])],
         revoking=[_named(move, names) for move in planned.get("revoking", [])],
         follow_up=bool(planned.get("follow_up")),
         round=kind,
         member_ids={m.name: m.member_id for m in after.members.values()},
     )
+
+
+def _incoming_warmed(planned: Mapping[str, Any], changelogs: set[str]) -> dict[str, Any]:
+    """Each member's part of the plan as the leader sends it: in a cooperative round, a task
+    revoked towards a member is a warm-up there until the follow-up (the changelogs of its
+    group: assignor/group_scenario.py `with_incoming_warmed`, which the leader applies)."""
+    members = {m: {k: dict(v) for k, v in part.items()} for m, part in planned["members"].items()}
+    for entry in planned.get("revoking", []):
+        warmup = members.setdefault(entry["to"], {}).setdefault("warmup", {})
+        for topic in entry["topics"]:
+            if topic in changelogs:
+                warmup[topic] = sorted({*warmup.get(topic, []), int(entry["partition"])})
+    return members
 
 
 def _named(move: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:

@@ -20,11 +20,10 @@ from typing import Any
 
 import faust
 import pytest
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
-from assignor import plan_with_stats, wire
+from assignor import wire
 from assignor.faust_adapter.partition_assignor import TandemAssignor, declare_join
-from assignor.group_scenario import MemberInfo, build_scenario, copartition_groups, member_assignments
 from assignor.whatif import Change, Step, WhatIfError, predict, read_group, scenario_of
 from tables.web.view import _planner
 
@@ -43,7 +42,9 @@ class _Cluster:
 class Worker:
     """One worker's assignor, and the changelog offsets its disk holds."""
 
-    def __init__(self, name: str, host: str, rack: str, member_id: str, warmups: bool = True) -> None:
+    def __init__(
+        self, name: str, host: str, rack: str, member_id: str, warmups: bool = True, protocol: str = "eager"
+    ) -> None:
         self.name, self.member_id = name, member_id
         self.app = faust.App("whatif-rounds", broker="kafka://127.0.0.1:1", PartitionAssignor=TandemAssignor,
                              web_enabled=False, canonical_url=f"http://{name}:6066")  # fmt: skip
@@ -51,8 +52,9 @@ class Worker:
         self.assignor: TandemAssignor = self.app.assignor  # type: ignore[assignment]
         settings = self.assignor.settings
         self.assignor.settings = dataclasses.replace(
-            settings, host=host, rack=rack, standby_replicas=1, warmups=warmups, acceptable_recovery_lag=50
-        )
+            settings, host=host, rack=rack, standby_replicas=1, warmups=warmups, acceptable_recovery_lag=50,
+            rebalance_protocol=protocol,
+        )  # fmt: skip
         self.offsets: dict[int, int] = {}  # partition -> the last changelog offset on disk
         self.assignor.local_offsets.append(lambda: {CHANGELOG: dict(self.offsets)} if self.offsets else {})
 
@@ -105,47 +107,24 @@ def snapshot(workers: list[Worker], protocol: str | None) -> dict[str, Any]:
     return {"workers": views, "routing": {"epoch": 1, "urls": [], "groups": groups}}
 
 
-def rebalance(workers: list[Worker], protocol: str = "eager") -> dict[str, dict[str, list[int]]]:
+def rebalance(workers: list[Worker]) -> dict[str, dict[str, list[int]]]:
     """One round: every member's subscription to the leader (the first), the leader's answer to
-    every member. With the cooperative protocol the round is the planner's over the leader's
-    translation (assignor/group_scenario.py) with `"protocol": "cooperative"`: the leader names
-    the protocol once TANDEM_REBALANCE_PROTOCOL is wired in (issue 38, item 1)."""
+    every member. Members that announce cooperative rounds (TANDEM_REBALANCE_PROTOCOL) get them
+    from the leader's own `assign`; a member that revokes releases at once, as its group
+    coordinator does before asking for the follow-up (assignor/faust_adapter/cooperative.py)."""
     leader = workers[0].assignor
     metadata = {
         w.member_id: ConsumerProtocolMemberMetadata(
-            wire.VERSION_WARMUPS, INPUTS, wire.encode_subscription(w.assignor.subscription())
+            w.assignor.version, INPUTS, wire.encode_subscription(w.assignor.subscription())
         )
         for w in workers
     }
     leader._end_offsets = {CHANGELOG: dict.fromkeys(range(PARTITIONS), END)}  # the broker's answer
-    if protocol == "eager":
-        answers = leader.assign(_Cluster(), metadata)
-    else:
-        answers = cooperative_round(leader, metadata)
+    answers = leader.assign(_Cluster(), metadata)
     for w in workers:
         w.assignor.on_assignment(answers[w.member_id])
+        w.assignor.released()
     return {w.name: w.held() for w in workers}
-
-
-def cooperative_round(
-    leader: TandemAssignor, metadata: dict[str, ConsumerProtocolMemberMetadata]
-) -> dict[str, ConsumerProtocolMemberAssignment]:
-    members = {m: MemberInfo(frozenset(md.subscription), wire.decode_subscription(md.user_data))
-               for m, md in metadata.items()}  # fmt: skip
-    counts = dict.fromkeys(TOPICS, PARTITIONS)
-    groups = copartition_groups(
-        leader.joins, counts, set(), [members[m].subscription for m in sorted(members)]
-    )
-    s = leader.settings
-    warmups = leader._warmup_input()  # with the end offsets the broker gave (set by rebalance())
-    scenario = build_scenario(members, counts, groups, {CHANGELOG}, s.standby_replicas, leader.joins,
-                              s.acceptable_recovery_lag, warmups)  # fmt: skip
-    result = plan_with_stats({**scenario, "protocol": "cooperative"})
-    own = member_assignments(result.assignment, members, groups, "http://leader", wire.RebalanceStats())
-    return {
-        m: ConsumerProtocolMemberAssignment(wire.VERSION_WARMUPS, [], wire.encode_assignment(own[m]))
-        for m in members
-    }
 
 
 def predicted(step: Step, workers: list[Worker]) -> dict[str, dict[str, list[int]]]:
@@ -167,11 +146,11 @@ def demo_group(protocol: str = "eager", warmups: bool = True) -> list[Worker]:
         ("worker-3", "host-a", "rack-1"),
     ]
     workers = [
-        Worker(name, host, rack, f"m{i}-{uuid.uuid4().hex[:6]}", warmups)
+        Worker(name, host, rack, f"m{i}-{uuid.uuid4().hex[:6]}", warmups, protocol)
         for i, (name, host, rack) in enumerate(labels)
     ]
     for _ in range(4):  # forming, then probing rounds until no move is pending
-        rebalance(workers, protocol)
+        rebalance(workers)
         for w in workers:
             w.catch_up(everything=True)
     assert not any(w.held()["warmup"] for w in workers), "the group did not settle"
@@ -222,9 +201,9 @@ def test_cooperative_a_worker_joins_revoked_first_then_assigned_in_the_follow_up
     rounds = [s.round for s in steps]
     expected = ["change", "probing", "follow-up"] if warmups else ["change", "follow-up"]
     assert rounds[: len(expected)] == expected, [s.title for s in steps]
-    workers.append(Worker("new-1", "host-c", "rack-3", "zz-new", warmups))
+    workers.append(Worker("new-1", "host-c", "rack-3", "zz-new", warmups, "cooperative"))
     for i, step in enumerate(steps):
-        got = rebalance(workers, "cooperative")
+        got = rebalance(workers)
         assert predicted(step, workers) == got, (i, step.title)
         revoked = {m["partition"] for m in step.revoking}
         assert not revoked & {p for held in got.values() for p in held["active"]}  # no owner this round

@@ -212,6 +212,12 @@ def _member(app: AppT) -> dict[str, Any] | None:
     }
 
 
+def _plans_cooperative(assignor: Any) -> bool:
+    """Whether the leader's next round is cooperative, as far as this member knows: it announces
+    cooperative rounds (as every member of a settled group does) or the last round was one."""
+    return bool(getattr(assignor, "runs_cooperative", False) or getattr(assignor, "cooperative_round", False))
+
+
 def _planner(app: AppT) -> dict[str, Any] | None:
     """What the leader plans with besides the members (None on the stock assignor)."""
     assignor: Any = app.assignor  # Tandem's when it has `joins`; Faust's type does not declare them
@@ -223,10 +229,11 @@ def _planner(app: AppT) -> dict[str, Any] | None:
         "table_changelogs": sorted(assignor.table_changelogs()),
         "global_changelogs": sorted(assignor.global_changelogs()),
         "standby_replicas": settings.standby_replicas,
-        # The protocol the leader names in its scenario: "cooperative" once the group runs
-        # cooperative rounds, else none (an eager round names no protocol, and the planner's
-        # ties depend on whether one is named), so the what-if plans as the leader does.
-        "protocol": "cooperative" if getattr(assignor, "cooperative_round", False) else None,
+        # The protocol the leader names in its scenario: "cooperative" when members announce
+        # cooperative rounds or the group's last round was one, else none (an eager round names
+        # no protocol, and the planner's ties depend on whether one is named), so the what-if
+        # plans as the leader does.
+        "protocol": "cooperative" if _plans_cooperative(assignor) else None,
         "acceptable_recovery_lag": settings.acceptable_recovery_lag,
         "warmups": settings.warmups,
         "max_warmup_replicas": settings.max_warmup_replicas,
