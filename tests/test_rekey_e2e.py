@@ -1,0 +1,177 @@
+"""A rekeyed input end to end (examples/customers.py): orders keyed by order id (3 partitions)
+enriched with a customer table keyed by customer id (4 partitions), the orders rekeyed by the
+customer id in their value through the join's repartition topic. Two real worker processes on
+the embedded broker; one is SIGKILLed while the orders stream in, and restarted.
+
+Judged by every expected result present, each as of its order's time (the customer's tier
+before or after its update; no customer for unknown ids), and none spurious; the records whose
+key cannot be found are dead-lettered with their reason."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from tables.records.partitioners import partition_for
+from tables.testing import EmbeddedBroker, WorkerProcess, create_topics, embedded_env, wait_for
+from tests import pipeline_e2e
+from tests.workers import _read
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(420)]
+
+REPO = Path(__file__).resolve().parent.parent
+PARTITIONS = 4
+ORDER_PARTITIONS = 3
+T0 = int(time.time() // 3600 * 3600 * 1000)  # a record over a day ahead of the clock is refused
+HOUR = 3_600_000
+KNOWN = [f"c{i}" for i in range(12)]  # c12 and c13 are never sent: their orders get no customer
+UPDATED = KNOWN[:4]  # their tier changes at UPDATE_TS
+UPDATE_TS = T0 + 50_000
+ORDERS = 240
+
+
+def customers() -> list[tuple[str, int, Any, dict[str, Any] | None]]:
+    """(topic, ts, key, value): every known customer a minute before the first order, and a new
+    tier for some at UPDATE_TS."""
+    rows: list[tuple[str, int, Any, dict[str, Any] | None]] = [
+        ("customers", T0 - 60_000, c, {"name": f"name-{c}", "tier": "bronze"}) for c in KNOWN
+    ]
+    rows += [("customers", UPDATE_TS, c, {"name": f"name-{c}", "tier": "gold"}) for c in UPDATED]
+    return rows
+
+
+def orders(first: int, last: int) -> list[tuple[str, int, Any, dict[str, Any] | None]]:
+    """Orders `first`..`last` half a second apart, their customers in turn (c12, c13 unknown)."""
+    return [
+        (
+            "shop-orders",
+            T0 + i * 500,
+            i,
+            {"order_id": i, "customer_id": f"c{i % 14}", "amount_cents": 100 + i},
+        )
+        for i in range(first, last + 1)
+    ]
+
+
+def bad_orders() -> list[tuple[str, int, Any, dict[str, Any] | bytes | None]]:
+    """Records with no customer id to rekey by: dead-lettered by the rekeyer."""
+    return [
+        ("shop-orders", T0 + 1_000, 90_001, {"order_id": 90_001, "amount_cents": 1}),  # no customer_id
+        ("shop-orders", T0 + 1_000, 90_002, None),  # a null value
+    ]
+
+
+def ticks() -> list[tuple[str, int, Any, dict[str, Any] | None]]:
+    """An order an hour later on every repartition partition: every order's grace passes."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < PARTITIONS:
+        customer = f"tick-{n}"
+        found.setdefault(partition_for(json.dumps(customer).encode(), PARTITIONS, "murmur2"), customer)
+        n += 1
+    return [
+        ("shop-orders", T0 + HOUR, 80_000 + p, {"order_id": 80_000 + p, "customer_id": c, "amount_cents": 0})
+        for p, c in found.items()
+    ]
+
+
+def expected() -> dict[int, tuple[str, str | None, str | None]]:
+    """order id -> (customer id, name, tier) as of the order's time."""
+    out: dict[int, tuple[str, str | None, str | None]] = {}
+    for _, ts, order_id, value in orders(1, ORDERS):
+        assert value is not None
+        customer = value["customer_id"]
+        if customer not in KNOWN:
+            out[order_id] = (customer, None, None)
+        else:
+            tier = "gold" if customer in UPDATED and ts >= UPDATE_TS else "bronze"
+            out[order_id] = (customer, f"name-{customer}", tier)
+    return out
+
+
+async def produce(bootstrap: str, rows: list[tuple[str, int, Any, Any]], pause_every: int = 0) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)  # Kafka's murmur2 partitioner
+    await producer.start()
+    try:
+        for n, (topic, ts, key, value) in enumerate(rows):
+            raw = value if isinstance(value, bytes) or value is None else json.dumps(value).encode()
+            await producer.send(topic, raw, key=json.dumps(key).encode(), timestamp_ms=ts)
+            if pause_every and n % pause_every == 0:
+                await producer.flush()
+                await asyncio.sleep(0.05)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def test_orders_rekeyed_by_customer_enriched_through_a_kill(tmp_path: Path) -> None:
+    want = expected()
+    with EmbeddedBroker(log_dir=tmp_path / "broker") as broker:
+        asyncio.run(create_topics(broker.bootstrap, ["shop-orders"], ORDER_PARTITIONS))
+        asyncio.run(create_topics(broker.bootstrap, ["customers", "enriched-orders"], PARTITIONS))
+        asyncio.run(produce(broker.bootstrap, customers()))
+        env = {
+            **embedded_env(),
+            "SHOP_BROKER": f"kafka://{broker.bootstrap}",
+            "TANDEM_STANDBY_REPLICAS": "1",
+            "TANDEM_ALIGN_MAX_WAIT_MS": "30000",
+        }
+        workers = [
+            WorkerProcess(
+                name, "examples.customers", tmp_path, {**env, "SHOP_DATA_DIR": str(tmp_path / name)}, cwd=REPO
+            )
+            for name in ("w1", "w2")
+        ]
+        for worker in workers:
+            worker.extra_env["SHOP_WEB_PORT"] = str(worker.port)
+            worker.start()
+        try:
+            assert wait_for(lambda: pipeline_e2e.covered(workers, "enrich", PARTITIONS), 120), "not shared"
+            asyncio.run(produce(broker.bootstrap, bad_orders()))
+            # The orders stream in over several seconds; one worker is killed among them.
+            sender = threading.Thread(
+                target=lambda: asyncio.run(produce(broker.bootstrap, orders(1, ORDERS), pause_every=10))
+            )
+            sender.start()
+            time.sleep(2.0)
+            workers[0].kill()  # what it produced or handed over but did not commit is done again
+            sender.join(120)
+            time.sleep(2.0)
+            workers[0].start()
+            assert wait_for(lambda: pipeline_e2e.covered(workers, "enrich", PARTITIONS), 120), "not shared"
+            assert wait_for(
+                lambda: pipeline_e2e.drained(
+                    broker.bootstrap, "shop", workers, ["shop-orders"], ORDER_PARTITIONS
+                ),
+                120,
+            ), "the orders were not all repartitioned"
+            asyncio.run(produce(broker.bootstrap, ticks()))
+            out = asyncio.run(
+                _read(
+                    broker.bootstrap,
+                    "enriched-orders",
+                    lambda rs: {r["order_id"] for r in rs} >= set(want),
+                    120,
+                )
+            )
+            letters = asyncio.run(
+                _read(broker.bootstrap, "shop-enrich-dead-letters", lambda rs: len(rs) >= 2, 30)
+            )
+        finally:
+            for worker in workers:
+                worker.stop(15)
+
+    found = {(r["order_id"], r["customer_id"], r["name"], r["tier"]) for r in out}
+    wanted = {(order_id, *details) for order_id, details in want.items()}
+    assert wanted - found == set(), f"missing: {sorted(wanted - found)[:10]}"
+    assert found - wanted == set(), f"spurious: {sorted(found - wanted)[:10]}"
+    assert {r["order_id"] for r in out} == set(want)  # the ticks' grace never passes
+    reasons = {json.loads(r["key"]): (r["category"], r["topic"]) for r in letters}
+    assert reasons == {90_001: ("wrong_type", "shop-orders"), 90_002: ("null_key", "shop-orders")}, letters
