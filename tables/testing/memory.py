@@ -104,6 +104,24 @@ class MemoryKafkaProducer:
         first = self.log.append(topic, partition, rows, timestamp)
         return _acknowledged(topic, partition, first, timestamp)
 
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Any = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """aiokafka's `send` (a rekeyed input's records: tables/runtime/rekeyer.py), each record
+        with its own timestamp."""
+        if partition is None:
+            count = self.log.partition_count(topic)
+            partition = partition_for(key, count, "murmur2") if key is not None else 0
+        ms = timestamp_ms or 0
+        offset = self.log.append(topic, partition, [(key, value, list(headers or ()))], ms)
+        return _acknowledged(topic, partition, offset, ms)
+
 
 class MemoryProducer:
     """Faust's producer, replaced: `topic.send()` and `send_soon` from the handler (and the
