@@ -48,12 +48,12 @@ def new_app() -> faust.App:
     return faust.App(f"rekey-{next(counter)}", PartitionAssignor=TandemAssignor, web_enabled=False)
 
 
-def shop(key: Any = "customer_id", partitions: int = 4) -> tuple[Any, dict[str, Any]]:
+def shop(key: Any = "customer_id", partitions: int = 4, prefix: str = "") -> tuple[Any, dict[str, Any]]:
     """Orders keyed by order id (3 partitions) enriched with customers keyed by customer id."""
     app = new_app()
-    orders = app.topic("orders", key_type=int, key_serializer="json", value_type=Order, partitions=3)
+    orders = app.topic(f"{prefix}orders", key_type=int, key_serializer="json", value_type=Order, partitions=3)
     customers = app.topic(
-        "customers", key_type=str, key_serializer="json", value_type=Customer, partitions=partitions
+        f"{prefix}customers", key_type=str, key_serializer="json", value_type=Customer, partitions=partitions
     )
     out = app.topic("out", key_type=int, key_serializer="json", partitions=partitions)
 

@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from assignor import clients
+from assignor.faust_adapter import broker_partition_counts
 from tables.records.partitioners import partition_for
+from tables.runtime.startup import JoinStartupError, prepare_topics
 from tables.testing import EmbeddedBroker, WorkerProcess, create_topics, embedded_env, wait_for
 from tests import pipeline_e2e
 from tests.workers import _read
@@ -175,3 +178,28 @@ def test_orders_rekeyed_by_customer_enriched_through_a_kill(tmp_path: Path) -> N
     assert {r["order_id"] for r in out} == set(want)  # the ticks' grace never passes
     reasons = {json.loads(r["key"]): (r["category"], r["topic"]) for r in letters}
     assert reasons == {90_001: ("wrong_type", "shop-orders"), 90_002: ("null_key", "shop-orders")}, letters
+
+
+def test_the_repartition_topic_is_made_with_the_joins_count_or_checked_with_creation_off(
+    broker: EmbeddedBroker, unique: str
+) -> None:
+    from tests.test_rekey import shop  # a join declared in an app of its own, not started
+
+    enrich, _ = shop(prefix=f"{unique}-")
+    orders_topic, customers_topic = f"{unique}-orders", f"{unique}-customers"
+    enrich.app.conf.topic_allow_declare = False  # inputs are never made by the join
+    repartition = enrich.repartitions[0].name
+    asyncio.run(create_topics(broker.bootstrap, [customers_topic], PARTITIONS))
+    settings = clients.settings_of(broker.bootstrap)
+    with pytest.raises(JoinStartupError, match=rf"input topic\(s\) \['{orders_topic}'\] do not exist"):
+        asyncio.run(prepare_topics(enrich, settings))
+    asyncio.run(create_topics(broker.bootstrap, [orders_topic], ORDER_PARTITIONS))
+    with pytest.raises(JoinStartupError) as off:
+        asyncio.run(prepare_topics(enrich, settings, create=False))
+    assert (
+        f"{repartition} is missing: kafka-topics.sh --bootstrap-server {broker.bootstrap} --create "
+        f"--topic {repartition} --partitions {PARTITIONS} --replication-factor 1"
+    ) in str(off.value)
+    assert asyncio.run(prepare_topics(enrich, settings)) == PARTITIONS
+    counts = asyncio.run(broker_partition_counts(settings, {repartition, orders_topic}))
+    assert counts == {repartition: PARTITIONS, orders_topic: ORDER_PARTITIONS}
