@@ -129,10 +129,8 @@ class Rekeyer:
                 continue
             for record in found:
                 key = key_of(record.value)
-                if isinstance(key, Rejected):
-                    letters.append(
-                        (tp.topic, tp.partition % partitions, record.offset, record.key, record.value, key)
-                    )
+                if isinstance(key, Rejected):  # where it was read: the source partition
+                    letters.append((tp.topic, tp.partition, record.offset, record.key, record.value, key))
                     continue
                 acks.append(
                     await producer.send(
@@ -145,7 +143,10 @@ class Rekeyer:
                     )
                 )
             moved[tp] = found[-1].offset + 1
+        by_partition: dict[int, list[Any]] = {}  # the dead-letter topic has the join's partition count
         for partition, dead in letter_records(self.spec.name, letters).items():
+            by_partition.setdefault(partition % partitions, []).extend(dead)
+        for partition, dead in by_partition.items():
             acks += [
                 ack for ack, _ in await start_sending(producer, self.spec.dead_letter_topic, partition, dead)
             ]
