@@ -5,7 +5,9 @@ the embedded broker; one is SIGKILLed while the orders stream in, and restarted.
 
 Judged by every expected result present, each as of its order's time (the customer's tier
 before or after its update; no customer for unknown ids), and none spurious; the records whose
-key cannot be found are dead-lettered with their reason."""
+key cannot be found are dead-lettered with their reason. Then the batch twin, which reads the
+source topic and rekeys it the same way: `python -m pipeline join --app examples.customers`
+counts the same results and `reconcile` finds nothing missing or spurious."""
 
 from __future__ import annotations
 
@@ -18,16 +20,20 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from pyspark.sql import SparkSession
 
 from assignor import clients
 from assignor.faust_adapter import broker_partition_counts
+from pipeline import join as batch_join
+from pipeline import reconcile
 from tables.records.partitioners import partition_for
 from tables.runtime.startup import JoinStartupError, prepare_topics
 from tables.testing import EmbeddedBroker, WorkerProcess, create_topics, embedded_env, wait_for
 from tests import pipeline_e2e
+from tests.spark_fixtures import spark_session
 from tests.workers import _read
 
-pytestmark = [pytest.mark.broker, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -38,6 +44,11 @@ KNOWN = [f"c{i}" for i in range(12)]  # c12 and c13 are never sent: their orders
 UPDATED = KNOWN[:4]  # their tier changes at UPDATE_TS
 UPDATE_TS = T0 + 50_000
 ORDERS = 240
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    return spark_session()
 
 
 def customers() -> list[tuple[str, int, Any, dict[str, Any] | None]]:
@@ -114,7 +125,8 @@ async def produce(bootstrap: str, rows: list[tuple[str, int, Any, Any]], pause_e
         await producer.stop()
 
 
-def test_orders_rekeyed_by_customer_enriched_through_a_kill(tmp_path: Path) -> None:
+@pytest.mark.spark
+def test_orders_rekeyed_by_customer_enriched_through_a_kill(spark: SparkSession, tmp_path: Path) -> None:
     want = expected()
     with EmbeddedBroker(log_dir=tmp_path / "broker") as broker:
         asyncio.run(create_topics(broker.bootstrap, ["shop-orders"], ORDER_PARTITIONS))
@@ -167,6 +179,18 @@ def test_orders_rekeyed_by_customer_enriched_through_a_kill(tmp_path: Path) -> N
             letters = asyncio.run(
                 _read(broker.bootstrap, "shop-enrich-dead-letters", lambda rs: len(rs) >= 2, 30)
             )
+            spark_args = [
+                "--app",
+                "examples.customers",
+                "--bootstrap",
+                broker.bootstrap,
+                "--master",
+                "local[2]",
+            ]
+            batch_path, report_path = tmp_path / "batch.json", tmp_path / "report.json"
+            batch_status = batch_join.main([*spark_args, "--json", str(batch_path)])
+            status = reconcile.main([*spark_args, "--examples", "10", "--json", str(report_path)])
+            batch, report = json.loads(batch_path.read_text()), json.loads(report_path.read_text())
         finally:
             for worker in workers:
                 worker.stop(15)
@@ -178,6 +202,18 @@ def test_orders_rekeyed_by_customer_enriched_through_a_kill(tmp_path: Path) -> N
     assert {r["order_id"] for r in out} == set(want)  # the ticks' grace never passes
     reasons = {json.loads(r["key"]): (r["category"], r["topic"]) for r in letters}
     assert reasons == {90_001: ("wrong_type", "shop-orders"), 90_002: ("null_key", "shop-orders")}, letters
+
+    # The batch twin: the same results from the source topic, the same dead letters.
+    print(json.dumps({"batch": batch, "report": report}, indent=1))
+    known = sum(1 for _, name, _ in want.values() if name is not None)
+    assert batch_status == 0
+    assert batch["results"] == {"matched": known, "left_only": len(want) - known, "right_only": 0}
+    assert batch["dead_letters"] == {"null_key": 1, "wrong_type": 1}
+    results, letters_found = report["results"], report["letters"]
+    assert status == 0 and report["ok"], report["failures"]
+    assert results["missing"] == results["spurious"] == results["misplaced"] == 0
+    assert results["matched"] == len(want)
+    assert letters_found["matched"] == 2 and letters_found["missing"] == letters_found["spurious"] == 0
 
 
 def test_the_repartition_topic_is_made_with_the_joins_count_or_checked_with_creation_off(
