@@ -155,7 +155,7 @@ def _check_no_agent_reads(app: AppT, spec: JoinSpec) -> None:
     for agent in app.agents.values():
         channel: Any = getattr(agent, "channel", None)
         topics = set(getattr(channel, "topics", None) or ())
-        shared = topics & set(spec.input_topics)
+        shared = topics & {*spec.input_topics, *spec.source_topics}  # a rekeyed input's source too
         if shared:
             raise JoinStartupError(
                 f"agent {agent.name!r} and join {spec.name!r} both read {sorted(shared)}: the join's "

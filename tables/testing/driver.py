@@ -410,7 +410,7 @@ class JoinTestDriver:
         _, dumps_key, dumps_value = self._serializers.for_topic(self._topics[topic])
         return dumps_key(key), dumps_value(value)
 
-    def _partition(self, key: bytes | None, topic: str) -> int:
+    def _partition(self, key: bytes | None, topic: str | None = None) -> int:
         if key is None:
             return 0  # dead-lettered as a null key: any partition will do
         if topic in self._rekeyers:  # a source topic: Kafka's default partitioner, its own count
