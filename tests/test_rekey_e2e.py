@@ -110,7 +110,9 @@ def expected() -> dict[int, tuple[str, str | None, str | None]]:
     return out
 
 
-async def produce(bootstrap: str, rows: list[tuple[str, int, Any, Any]], pause_every: int = 0) -> None:
+async def produce(
+    bootstrap: str, rows: list[tuple[str, int, Any, Any]], pause_every: int = 0, pause_s: float = 0.05
+) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)  # Kafka's murmur2 partitioner
     await producer.start()
     try:
@@ -119,7 +121,7 @@ async def produce(bootstrap: str, rows: list[tuple[str, int, Any, Any]], pause_e
             await producer.send(topic, raw, key=json.dumps(key).encode(), timestamp_ms=ts)
             if pause_every and n % pause_every == 0:
                 await producer.flush()
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(pause_s)
         await producer.flush()
     finally:
         await producer.stop()
@@ -151,11 +153,15 @@ def test_orders_rekeyed_by_customer_enriched_through_a_kill(spark: SparkSession,
             assert wait_for(lambda: pipeline_e2e.covered(workers, "enrich", PARTITIONS), 120), "not shared"
             asyncio.run(produce(broker.bootstrap, bad_orders()))
             # The orders stream in over several seconds; one worker is killed among them.
+            # (4 orders every 0.1 s or more: 6 s at least)
             sender = threading.Thread(
-                target=lambda: asyncio.run(produce(broker.bootstrap, orders(1, ORDERS), pause_every=10))
+                target=lambda: asyncio.run(
+                    produce(broker.bootstrap, orders(1, ORDERS), pause_every=4, pause_s=0.1)
+                )
             )
             sender.start()
-            time.sleep(2.0)
+            time.sleep(2.5)
+            assert sender.is_alive(), "the orders were all sent before the kill"
             workers[0].kill()  # what it produced or handed over but did not commit is done again
             sender.join(120)
             time.sleep(2.0)
