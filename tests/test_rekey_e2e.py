@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from faust.types import TP
 from pyspark.sql import SparkSession
 
 from assignor import clients
@@ -27,8 +28,11 @@ from assignor.faust_adapter import broker_partition_counts
 from pipeline import join as batch_join
 from pipeline import reconcile
 from tables.records.partitioners import partition_for
+from tables.runtime.rekeyer import Rekeyer
 from tables.runtime.startup import JoinStartupError, prepare_topics
+from tables.runtime.stats import JoinStats
 from tables.testing import EmbeddedBroker, WorkerProcess, create_topics, embedded_env, wait_for
+from tables.testing.memory import MemoryRecord
 from tests import pipeline_e2e
 from tests.spark_fixtures import spark_session
 from tests.workers import _read
@@ -245,3 +249,79 @@ def test_the_repartition_topic_is_made_with_the_joins_count_or_checked_with_crea
     assert asyncio.run(prepare_topics(enrich, settings)) == PARTITIONS
     counts = asyncio.run(broker_partition_counts(settings, {repartition, orders_topic}))
     assert counts == {repartition: PARTITIONS, orders_topic: ORDER_PARTITIONS}
+
+
+class _Worker:
+    """What a rekeyer needs of its worker (`RekeyWorker`): a real producer on the broker."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self._producer = producer
+        self.crashed: list[Exception] = []
+
+    def producer(self) -> Any:
+        return self._producer
+
+    async def rewind(self, restart: dict[TP, int]) -> None:
+        raise AssertionError(f"nothing is dropped here: {restart}")
+
+    async def crash(self, exc: Exception) -> None:
+        self.crashed.append(exc)
+
+
+def test_a_source_offset_moves_only_once_its_repartitioned_records_are_acknowledged(
+    unique: str, tmp_path: Path
+) -> None:
+    """The broker paused (SIGSTOP) while a fetch is repartitioned: the source offset stays
+    where it was until the broker answers; then it moves past the fetch."""
+    from tests.test_rekey import Order, shop
+
+    enrich, _ = shop(prefix=f"{unique}-")
+    repartition = enrich.repartitions[0]
+    source = TP(repartition.source.name, 1)
+
+    def fetch(first: int, last: int) -> list[MemoryRecord]:
+        return [
+            MemoryRecord(
+                str(n).encode(),
+                Order(order_id=n, customer_id=f"c{n}", ts=0).dumps(),
+                T0 + n,
+                [("seq", b"1")],
+                n,
+            )
+            for n in range(first, last + 1)
+        ]
+
+    async def run(broker: EmbeddedBroker) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+        await producer.start()
+        try:
+            worker = _Worker(producer)
+            rekeyer = Rekeyer(enrich, repartition, worker, JoinStats())
+            rekeyer.partitions = PARTITIONS
+            await rekeyer.take({source: fetch(0, 2)})
+            assert rekeyer.commit_offset(source) == 3
+            broker.pause()
+            assert wait_for(lambda: _stopped(broker), 10), "the broker did not stop"
+            try:
+                taking = asyncio.create_task(rekeyer.take({source: fetch(3, 4)}))
+                await asyncio.sleep(2.0)
+                assert not taking.done() and rekeyer.commit_offset(source) == 3, "committed before the ack"
+            finally:
+                broker.resume()
+            await asyncio.wait_for(taking, 60)
+            assert rekeyer.commit_offset(source) == 5 and not worker.crashed
+        finally:
+            await producer.stop()
+
+    with EmbeddedBroker(log_dir=tmp_path / "broker") as broker:
+        asyncio.run(create_topics(broker.bootstrap, [repartition.name], PARTITIONS))
+        asyncio.run(run(broker))
+        copies = asyncio.run(_read(broker.bootstrap, repartition.name, lambda rs: len(rs) >= 5, 30))
+    assert sorted(r["order_id"] for r in copies) == [0, 1, 2, 3, 4]
+
+
+def _stopped(broker: EmbeddedBroker) -> bool:
+    """Every thread of the broker stopped: SIGSTOP reaches a busy thread a little later (an
+    ack was seen 0.6 ms after the signal)."""
+    tasks = Path(f"/proc/{broker.pid}/task")
+    return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for task in tasks.iterdir())
