@@ -31,7 +31,7 @@ from tables.records.partitioners import partition_for
 from tables.runtime.rekeyer import Rekeyer
 from tables.runtime.startup import JoinStartupError, prepare_topics
 from tables.runtime.stats import JoinStats
-from tables.testing import EmbeddedBroker, WorkerProcess, create_topics, embedded_env, wait_for
+from tables.testing import EmbeddedBroker, LocalCluster, WorkerProcess, create_topics, embedded_env, wait_for
 from tables.testing.memory import MemoryRecord
 from tests import pipeline_e2e
 from tests.spark_fixtures import spark_session
@@ -325,3 +325,19 @@ def _stopped(broker: EmbeddedBroker) -> bool:
     ack was seen 0.6 ms after the signal)."""
     tasks = Path(f"/proc/{broker.pid}/task")
     return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for task in tasks.iterdir())
+
+
+def test_the_customers_example_runs_in_a_local_cluster(tmp_path: Path) -> None:
+    """`python -m tables.dev examples.customers`'s cluster: the source topic is created with
+    the join's topics (its own count), and an order comes out with its customer."""
+    with LocalCluster("examples.customers", 1, partitions=PARTITIONS, run_dir=tmp_path, cwd=REPO) as c:
+        c.wait_ready()
+        counts = asyncio.run(broker_partition_counts(clients.settings_of(c.bootstrap), {"shop-orders"}))
+        assert counts == {"shop-orders": ORDER_PARTITIONS}
+        asyncio.run(produce(c.bootstrap, customers()))
+        asyncio.run(produce(c.bootstrap, [*orders(1, 20), *ticks()]))
+        out = asyncio.run(_read(c.bootstrap, "enriched-orders", lambda rs: len(rs) >= 20, 90))
+    want = expected()
+    assert {(r["order_id"], r["customer_id"], r["name"], r["tier"]) for r in out} == {
+        (order_id, *want[order_id]) for order_id in range(1, 21)
+    }
