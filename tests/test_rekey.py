@@ -93,6 +93,7 @@ async def test_an_order_stream_rekeyed_by_customer_is_enriched_as_of_each_order(
                   (partition_for(b'"alice"', 4, "murmur2"), b'"alice"', 4_000),
                   (partition_for(b'"bob"', 4, "murmur2"), b'"bob"', 4_500)]  # fmt: skip
         assert sorted(copies) == sorted(wanted)
+        assert d.counters()["rekeyed"] == {"left": 3, "right": 0}
 
 
 async def test_a_key_function_and_the_records_it_cannot_key_are_dead_lettered() -> None:

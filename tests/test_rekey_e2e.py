@@ -15,6 +15,7 @@ import asyncio
 import json
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -337,6 +338,14 @@ def test_the_customers_example_runs_in_a_local_cluster(tmp_path: Path) -> None:
         asyncio.run(produce(c.bootstrap, customers()))
         asyncio.run(produce(c.bootstrap, [*orders(1, 20), *ticks()]))
         out = asyncio.run(_read(c.bootstrap, "enriched-orders", lambda rs: len(rs) >= 20, 90))
+        view = c.workers[0].view()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{c.workers[0].port}/metrics", timeout=10).read()
+    assert view is not None
+    rekeyed = view["joins"]["enrich"]["rekeyed"]
+    assert rekeyed == {
+        "left": {"source": "shop-orders", "topic": "shop-enrich-left-repartition", "records": 24}
+    }
+    assert b'tandem_rekeyed_records_total{join="enrich",side="left"' in metrics
     want = expected()
     assert {(r["order_id"], r["customer_id"], r["name"], r["tier"]) for r in out} == {
         (order_id, *want[order_id]) for order_id in range(1, 21)

@@ -58,7 +58,6 @@ class Rekeyer:
         self.stats = stats  # the join's: its dead letters are counted with the join's
         self.rekey = repartition.rekey()
         self.partitions: int | None = None  # the join's partition count (the start-up check)
-        self.forwarded = 0  # records produced to the repartition topic
         self._commit_at: dict[TP, int] = {}  # per source partition: everything before is acknowledged
         self._read_next: dict[TP, int] = {}
         self._working = asyncio.Lock()
@@ -122,6 +121,7 @@ class Rekeyer:
         partitioner = self.spec.partitioner if self.spec.partitioner != "none" else "murmur2"
         key_of, target = self.rekey.key_of, self.target
         acks: list[Any] = []
+        sent = 0
         letters: list[Letter] = []
         moved: dict[TP, int] = {}
         for tp, found in records.items():
@@ -132,6 +132,7 @@ class Rekeyer:
                 if isinstance(key, Rejected):  # where it was read: the source partition
                     letters.append((tp.topic, tp.partition, record.offset, record.key, record.value, key))
                     continue
+                sent += 1
                 acks.append(
                     await producer.send(
                         target,
@@ -153,7 +154,7 @@ class Rekeyer:
         await asyncio.gather(*acks)
         for letter in letters:
             self.stats.dead_letters[letter[5].category] += 1
-        self.forwarded += len(acks)
+        self.stats.rekeyed[self.repartition.side] += sent
         for tp, offset in moved.items():
             self._commit_at[tp] = offset
             self._read_next[tp] = offset

@@ -380,7 +380,8 @@ class JoinTestDriver:
 
     def counters(self) -> dict[str, Any]:
         """The join's counters, as a worker's view shows them: records read, results,
-        unmatched results, null values, dead letters by category, records sent again with
+        unmatched results, null values, a rekeyed input's records produced to its repartition
+        topic (`rekeyed`, per side), dead letters by category, records sent again with
         an offset the state had taken (`rereads`: skipped, as a worker reading them again
         after a crash does), and the operator's (late, duplicates: a declared id already
         held, ...)."""
@@ -389,6 +390,7 @@ class JoinTestDriver:
             "results": self.stats.results,
             "unmatched": self.stats.unmatched,
             "null_values": dict(self.stats.null_values),
+            "rekeyed": dict(self.stats.rekeyed),
             "dead_letters": {c: n for c, n in self.stats.dead_letters.items() if n},
             "handler_restarts": self.stats.handler_restarts,
             "rereads": sum(self.stats.rereads.values()),
