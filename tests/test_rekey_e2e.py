@@ -255,6 +255,8 @@ def test_the_repartition_topic_is_made_with_the_joins_count_or_checked_with_crea
 class _Worker:
     """What a rekeyer needs of its worker (`RekeyWorker`): a real producer on the broker."""
 
+    quiesce_timeout_s = 10.0
+
     def __init__(self, producer: AIOKafkaProducer) -> None:
         self._producer = producer
         self.crashed: list[Exception] = []

@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 class RekeyWorker(Protocol):
     """What a rekeyer needs of the worker that runs it (tables/runtime/worker.py)."""
 
+    @property
+    def quiesce_timeout_s(self) -> float: ...
+
     def producer(self) -> Producer: ...
 
     async def rewind(self, restart: dict[TP, int]) -> None: ...
@@ -60,6 +63,7 @@ class Rekeyer:
         self.partitions: int | None = None  # the join's partition count (the start-up check)
         self._commit_at: dict[TP, int] = {}  # per source partition: everything before is acknowledged
         self._read_next: dict[TP, int] = {}
+        self._assigned: set[TP] | None = None  # None until the first assignment: any
         self._working = asyncio.Lock()
         self._failed = False
 
@@ -87,12 +91,23 @@ class Rekeyer:
         await self.worker.rewind(restart)
 
     async def quiesce(self) -> None:
-        """Before a revocation or a stop: the fetch in flight is acknowledged (or failed)."""
-        async with self._working:
-            pass
+        """Before a revocation or a stop: the fetch in flight is acknowledged (or failed). One
+        still waiting on the broker after the worker's quiesce timeout is left to finish: its
+        offsets have not moved, so Faust commits only what was acknowledged before it."""
+        try:
+            await asyncio.wait_for(self._working.acquire(), self.worker.quiesce_timeout_s)
+        except TimeoutError:
+            log.warning(
+                "tandem: join %r: records of %s still unacknowledged at a revocation",
+                self.spec.name,
+                self.source,
+            )
+            return
+        self._working.release()
 
     def assign(self, assigned: set[TP]) -> None:
         """Forget source partitions no longer assigned here (their next owner commits them)."""
+        self._assigned = set(assigned)
         for found in (self._commit_at, self._read_next):
             for tp in [tp for tp in found if tp not in assigned]:
                 del found[tp]
@@ -156,5 +171,7 @@ class Rekeyer:
             self.stats.dead_letters[letter[5].category] += 1
         self.stats.rekeyed[self.repartition.side] += sent
         for tp, offset in moved.items():
+            if self._assigned is not None and tp not in self._assigned:
+                continue  # revoked while its records were in flight: its next owner reads them again
             self._commit_at[tp] = offset
             self._read_next[tp] = offset
