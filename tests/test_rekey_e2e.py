@@ -313,14 +313,20 @@ def test_a_source_offset_moves_only_once_its_repartitioned_records_are_acknowled
                 broker.resume()
             await asyncio.wait_for(taking, 60)
             assert rekeyer.commit_offset(source) == 5 and not worker.crashed
+            # A record the producer cannot send (over its max_request_size, 1 MB) is dead-lettered.
+            huge = Order(order_id=5, customer_id="c5" + "x" * 1_100_000, ts=0).dumps()
+            await rekeyer.take({source: [MemoryRecord(b"5", huge, T0, [], 5), *fetch(6, 6)]})
+            assert rekeyer.commit_offset(source) == 7 and not worker.crashed
         finally:
             await producer.stop()
 
     with EmbeddedBroker(log_dir=tmp_path / "broker") as broker:
-        asyncio.run(create_topics(broker.bootstrap, [repartition.name], PARTITIONS))
+        asyncio.run(create_topics(broker.bootstrap, [repartition.name, enrich.dead_letter_topic], PARTITIONS))
         asyncio.run(run(broker))
-        copies = asyncio.run(_read(broker.bootstrap, repartition.name, lambda rs: len(rs) >= 5, 30))
-    assert sorted(r["order_id"] for r in copies) == [0, 1, 2, 3, 4]
+        copies = asyncio.run(_read(broker.bootstrap, repartition.name, lambda rs: len(rs) >= 6, 30))
+        letters = asyncio.run(_read(broker.bootstrap, enrich.dead_letter_topic, lambda rs: len(rs) >= 1, 30))
+    assert sorted(r["order_id"] for r in copies) == [0, 1, 2, 3, 4, 6]
+    assert [(r["category"], r["partition"], r["offset"]) for r in letters] == [("too_large", 1, 5)]
 
 
 def _stopped(broker: EmbeddedBroker) -> bool:

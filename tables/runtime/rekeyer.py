@@ -18,6 +18,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from aiokafka.errors import MessageSizeTooLargeError
 from faust.types import TP
 
 from tables.kafka.batches import start_sending
@@ -147,9 +148,8 @@ class Rekeyer:
                 if isinstance(key, Rejected):  # where it was read: the source partition
                     letters.append((tp.topic, tp.partition, record.offset, record.key, record.value, key))
                     continue
-                sent += 1
-                acks.append(
-                    await producer.send(
+                try:
+                    ack = await producer.send(
                         target,
                         record.value,
                         key=key,
@@ -157,7 +157,14 @@ class Rekeyer:
                         timestamp_ms=record.timestamp,
                         headers=list(getattr(record, "headers", None) or ()),
                     )
-                )
+                except MessageSizeTooLargeError as exc:  # retried, it would stop the worker at every start
+                    why = Rejected(
+                        f"its repartitioned record is too large for the producer: {exc}", "too_large"
+                    )
+                    letters.append((tp.topic, tp.partition, record.offset, record.key, record.value, why))
+                    continue
+                sent += 1
+                acks.append(ack)
             moved[tp] = found[-1].offset + 1
         by_partition: dict[int, list[Any]] = {}  # the dead-letter topic has the join's partition count
         for partition, dead in letter_records(self.spec.name, letters).items():
