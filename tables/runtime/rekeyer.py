@@ -18,10 +18,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from aiokafka.errors import MessageSizeTooLargeError
 from faust.types import TP
 
-from tables.kafka.batches import start_sending
+from tables.kafka.batches import create_batch, max_record_bytes, start_sending
 from tables.kafka.consumer import InputRecord
 from tables.records.codecs import Rejected
 from tables.records.partitioners import partition_for
@@ -29,6 +28,7 @@ from tables.records.sides import Letter
 from tables.runtime.output import letter_records
 from tables.runtime.ports import Producer
 from tables.runtime.stats import JoinStats
+from tables.settings import SEND_BATCH_BYTES
 from tables.spec import JoinSpec, Repartition
 
 log = logging.getLogger(__name__)
@@ -135,11 +135,11 @@ class Rekeyer:
                 f"the partition count of {self.target} is not known (the start-up check did not run)"
             )
         partitioner = self.spec.partitioner if self.spec.partitioner != "none" else "murmur2"
-        key_of, target = self.rekey.key_of, self.target
+        key_of = self.rekey.key_of
         acks: list[Any] = []
-        sent = 0
         letters: list[Letter] = []
         moved: dict[TP, int] = {}
+        copies: dict[int, list[tuple[bytes, TP, Any]]] = {}  # repartition partition -> its records
         for tp, found in records.items():
             if not found:
                 continue
@@ -148,24 +148,14 @@ class Rekeyer:
                 if isinstance(key, Rejected):  # where it was read: the source partition
                     letters.append((tp.topic, tp.partition, record.offset, record.key, record.value, key))
                     continue
-                try:
-                    ack = await producer.send(
-                        target,
-                        record.value,
-                        key=key,
-                        partition=partition_for(key, partitions, partitioner),
-                        timestamp_ms=record.timestamp,
-                        headers=list(getattr(record, "headers", None) or ()),
-                    )
-                except MessageSizeTooLargeError as exc:  # retried, it would stop the worker at every start
-                    why = Rejected(
-                        f"its repartitioned record is too large for the producer: {exc}", "too_large"
-                    )
-                    letters.append((tp.topic, tp.partition, record.offset, record.key, record.value, why))
-                    continue
-                sent += 1
-                acks.append(ack)
+                copies.setdefault(partition_for(key, partitions, partitioner), []).append((key, tp, record))
             moved[tp] = found[-1].offset + 1
+        sent = 0
+        for partition, rows in copies.items():
+            started, refused = await self._send_copies(producer, partition, rows)
+            acks += started
+            sent += len(rows) - len(refused)
+            letters += refused
         by_partition: dict[int, list[Any]] = {}  # the dead-letter topic has the join's partition count
         for partition, dead in letter_records(self.spec.name, letters).items():
             by_partition.setdefault(partition % partitions, []).extend(dead)
@@ -182,3 +172,37 @@ class Rekeyer:
                 continue  # revoked while its records were in flight: its next owner reads them again
             self._commit_at[tp] = offset
             self._read_next[tp] = offset
+
+    async def _send_copies(
+        self, producer: Any, partition: int, rows: list[tuple[bytes, TP, Any]]
+    ) -> tuple[list[Any], list[Letter]]:
+        """Produce one repartition partition's copies as whole record batches, each record with
+        its own timestamp and headers (far cheaper than a send() each); the acks to await, and
+        the dead letters of records too large for the producer even alone in a batch (retried,
+        they would stop the worker at every start)."""
+        limit = max_record_bytes(producer)
+        size = SEND_BATCH_BYTES if limit is None else min(SEND_BATCH_BYTES, limit)
+        acks: list[Any] = []
+        refused: list[Letter] = []
+        batch, count = create_batch(producer, size), 0
+        for key, tp, record in rows:
+            value, stamp = record.value, record.timestamp
+            headers = list(getattr(record, "headers", None) or ())
+            if batch.append(key=key, value=value, timestamp=stamp, headers=headers) is None:
+                acks.append(await self._close_and_send(producer, batch, partition))
+                batch, count = create_batch(producer, size), 0
+                batch.append(key=key, value=value, timestamp=stamp, headers=headers)  # alone: it fits
+            count += 1
+            if count == 1 and limit is not None and batch.size() > limit:
+                why = Rejected(
+                    f"its repartitioned record is over the producer's max_request_size ({limit})", "too_large"
+                )
+                refused.append((tp.topic, tp.partition, record.offset, record.key, value, why))
+                batch, count = create_batch(producer, size), 0
+        if count:
+            acks.append(await self._close_and_send(producer, batch, partition))
+        return acks, refused
+
+    async def _close_and_send(self, producer: Any, batch: Any, partition: int) -> Any:
+        batch.close()
+        return await producer.send_batch(batch, self.target, partition=partition)
