@@ -124,6 +124,10 @@ def describe(spec: JoinSpec) -> dict[str, Any]:
         **spec.kind.describe(),
         "timestamp": {s: _named(getattr(spec, s).timestamp) for s in ("left", "right")},
         "id": {s: _named(getattr(spec, s).id) for s in ("left", "right")},
+        # A rekeyed input: read from its source topic, rekeyed by `key` (pipeline/rekey.py).
+        "rekeyed": {
+            r.side: {"source": r.source.name, "key": _named(r.source.key)} for r in spec.repartitions
+        },
         "partitioner": spec.partitioner,
         "max_value_bytes": spec.max_value_bytes,
         "audit": spec.audit,

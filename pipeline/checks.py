@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from pipeline.apps import JoinRef
 from pipeline.inputs import RAW_COLUMNS, RAW_SCHEMA
-from tables.records.codecs import DROPPED
+from tables.records.codecs import DROPPED, Rejected
 from tables.records.partitioners import find_misplaced, misplaced_reason
 
 if TYPE_CHECKING:
@@ -58,6 +58,9 @@ class Checker:
         codecs = ref.codecs()
         # A self-join's one topic is its left input (the operator takes each record in both roles).
         self.accepts = {spec.right.name: codecs["right"].accept, spec.left.name: codecs["left"].accept}
+        # A rekeyed input's record still on its source topic: its key could not be found
+        # (pipeline/rekey.py); dead-lettered with the rekeyer's reason.
+        self.rekeys = {r.source.name: r.rekey().key_of for r in spec.repartitions}
 
     def check(self, batch: pa.RecordBatch) -> Checked:
         """The records of `batch` (columns of the input layout), in batch order."""
@@ -71,7 +74,13 @@ class Checker:
         out = Checked([ACCEPTED] * n, [None] * n, [None] * n, [None] * n, [None] * n)
         misplaced = self._misplaced(topics, partitions, keys)
         accepts = self.accepts
+        rekeys = self.rekeys
         for i in range(n):
+            if topics[i] in rekeys:
+                why = rekeys[topics[i]](values[i])
+                assert isinstance(why, Rejected), "a rekeyed record is on its repartition topic"
+                out.status[i], out.category[i], out.reason[i] = DEAD, why.category, why.reason
+                continue
             expected = misplaced.get(i)
             if expected is not None:
                 out.status[i], out.category[i] = DEAD, "wrong_partition"
@@ -96,7 +105,8 @@ class Checker:
             return {}
         groups: dict[tuple[str, int], list[int]] = {}
         for i, tp in enumerate(zip(topics, partitions, strict=True)):
-            groups.setdefault(tp, []).append(i)
+            if tp[0] not in self.rekeys:  # a source topic is not partitioned by the join key
+                groups.setdefault(tp, []).append(i)
         found: dict[int, int] = {}
         for (_, partition), rows in groups.items():
             for m in find_misplaced([keys[i] for i in rows], partition, count, self.partitioner):
@@ -114,6 +124,7 @@ def check_batches(
         checker = Checker(ref, partitions)
         spec = ref.spec()
         sides = {spec.right.name: "right", spec.left.name: "left"}  # a self-join's topic: "left"
+        sides.update({r.source.name: r.side for r in spec.repartitions})
         for batch in batches:
             found = checker.check(batch)
             columns = {

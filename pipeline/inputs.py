@@ -61,6 +61,26 @@ def source_of(text: str, partitions: int | None = None) -> Source:
     return Topics(text)
 
 
+def read_names(spec: JoinSpec) -> tuple[str, ...]:
+    """The topics the join's inputs are read from: a rekeyed input's source topic (rekeyed by
+    pipeline/rekey.py as the stream does), else the input itself."""
+    sources = {r.side: r.source.name for r in spec.repartitions}
+    left, right = sources.get("left", spec.left.name), sources.get("right", spec.right.name)
+    return (left,) if left == right else (left, right)  # a self-join's topic is read once
+
+
+def join_partitions(connection: Connection, spec: JoinSpec) -> int:
+    """The join's partition count on the cluster: its inputs' (co-partitioned), a rekeyed one's
+    repartition topic left out (it may not exist yet); both rekeyed, the larger source's, as
+    the stream makes them (tables/runtime/startup.py)."""
+    rekeyed = {r.name for r in spec.repartitions}
+    kept = [t for t in spec.input_topics if t not in rekeyed]
+    if kept:
+        return topic_partitions(connection, kept)
+    bounds = offsets(connection, list(read_names(spec)))
+    return max(sum(1 for tp in bounds if tp.rsplit(":", 1)[0] == t) for t in read_names(spec))
+
+
 def declared_partitions(spec: JoinSpec) -> int:
     """The inputs' partition count as declared (the topics' own, else the app's default)."""
     declared = [t.partitions for t in (spec.left.topic, spec.right.topic) if t.partitions]
@@ -81,7 +101,7 @@ def read_topics(spark: SparkSession, spec: JoinSpec, connection: Connection, spl
     return (
         spark.read.format("tandem-topic")
         .options(**source_options(connection))
-        .option("topic", ",".join(spec.topics))
+        .option("topic", ",".join(read_names(spec)))
         .option("splitSize", str(split))
         .load()
         .select(*RAW_COLUMNS)
@@ -99,7 +119,8 @@ def read_parquet(spark: SparkSession, spec: JoinSpec, path: str, partitions: int
     from pyspark.sql import functions as F
 
     df = spark.read.parquet(path)
-    left, right = spec.input_topics
+    names = read_names(spec)
+    left, right = names[0], names[-1]  # a self-join's one topic is both
     if "topic" not in df.columns:
         if "side" not in df.columns:
             raise SystemExit(f"{path}: no `topic` or `side` column")
@@ -157,10 +178,10 @@ def _placed(spec: JoinSpec, partitions: int) -> Any:
 
 def export(spark: SparkSession, spec: JoinSpec, connection: Connection, out: str, split: int) -> int:
     """Write the join's input topics to Parquet (input layout, `_tandem.json`); the count."""
-    partitions = topic_partitions(connection, list(spec.topics))
+    partitions = join_partitions(connection, spec)
     raw = read_topics(spark, spec, connection, split)
     raw.write.mode("overwrite").partitionBy("topic").parquet(out)
     counts = {r["topic"]: int(r["count"]) for r in spark.read.parquet(out).groupBy("topic").count().collect()}
-    meta = {"join": spec.name, "topics": list(spec.topics), "partitions": partitions, "counts": counts}
+    meta = {"join": spec.name, "topics": list(read_names(spec)), "partitions": partitions, "counts": counts}
     (Path(out) / META_FILE).write_text(json.dumps(meta, indent=2))
     return sum(counts.values())

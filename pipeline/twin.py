@@ -35,12 +35,13 @@ from pipeline.inputs import (
     Source,
     Topics,
     declared_partitions,
+    join_partitions,
     read_meta,
     read_parquet,
     read_topics,
-    topic_partitions,
 )
 from pipeline.kafka import Connection
+from pipeline.rekey import rekeyed
 from pipeline.twins import COUNTER_OF, STATUSES, KindTwin, kind_module
 from pipeline.types import key_typed, value_typed
 from tables.operators.base import fingerprint
@@ -123,7 +124,7 @@ def raw_input(spark: SparkSession, ref: JoinRef, source: Source) -> tuple[DataFr
     spec = ref.spec()
     if isinstance(source, Topics):
         connection = Connection(source.bootstrap or app_bootstrap(spec), source.client_config)
-        partitions = topic_partitions(connection, list(spec.input_topics))
+        partitions = join_partitions(connection, spec)
         return read_topics(spark, spec, connection, source.split), partitions
     if isinstance(source, Parquet):
         partitions = (
@@ -153,6 +154,8 @@ def run_twin(
 
     spec = ref.spec()
     module = kind_module(spec.kind.name)  # before any work: an unknown kind says so at once
+    if spec.repartitions:  # a rekeyed input: its source records as its repartition topic holds them
+        raw = rekeyed(raw, ref, partitions or declared_partitions(spec))
     # The checks run Python over every record: once (the kind's ordering samples them too).
     checks = checked(raw, ref, partitions).persist(StorageLevel.MEMORY_AND_DISK)
     kind: KindTwin = module.twin(spark, ref, checks, partitions, close_inputs=close_inputs)

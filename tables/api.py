@@ -43,6 +43,7 @@ from tables.spec import (
     duration_ms,
     idle_ms_of,
     join_type_of,
+    rekeyed,
     temporal_kind_of,
     window_of,
 )
@@ -91,7 +92,9 @@ def join(
     handler that consumes its results (like `@app.agent`).
 
     - `left`, `right`: `app.topic(...)` objects (their key and value types are the join's),
-      or `JoinInput(topic, timestamp=..., id=..., validate=...)` for per-input options.
+      or `JoinInput(topic, timestamp=..., id=..., validate=..., key=...)` for per-input options;
+      `key=` (a value field's name or a function of the value) joins a topic on another key
+      than its Kafka key: Tandem repartitions it (docs/join-semantics.md, "Rekeying").
     - Window: `within` (both sides), or `before`/`after` relative to the left record; and
       `grace`, how late (in event time) a record may still arrive. timedelta or seconds.
     - `how`: "inner", "left", "right" or "outer": unmatched records of the named side(s) are
@@ -223,11 +226,20 @@ def join_of_kind(
 
     def register(handler: Handler) -> JoinSpec:
         timestamp, record_id = options["timestamp"], options["id"]
+        name = options["name"] or handler.__name__.replace("_", "-")
+        # A rekeyed input (`JoinInput(key=...)`) is read by the join from its repartition topic.
+        left_input, right_input, repartitions = rekeyed(
+            app,
+            name,
+            as_input(left, timestamp, None if kind.table_side == "left" else record_id),
+            as_input(right, timestamp, None if kind.table_side == "right" else record_id),
+        )
         spec = JoinSpec(
             app=app,
-            name=options["name"] or handler.__name__.replace("_", "-"),
-            left=as_input(left, timestamp, None if kind.table_side == "left" else record_id),
-            right=as_input(right, timestamp, None if kind.table_side == "right" else record_id),
+            name=name,
+            left=left_input,
+            right=right_input,
+            repartitions=tuple(repartitions),
             kind=kind,
             handler=handler,
             partitioner=options["partitioner"],

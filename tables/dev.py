@@ -42,7 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster.start()
         print(f"broker: {cluster.bootstrap}  (run dir {cluster.run_dir})", flush=True)
         for spec in cluster.specs:
-            print(f"join {spec.name}: {' + '.join(spec.input_topics)} -> handler {spec.handler.__name__}")
+            rekeyed = "".join(f" ({r.source.name} rekeyed into {r.name})" for r in spec.repartitions)
+            inputs = " + ".join(spec.input_topics)
+            print(f"join {spec.name}: {inputs}{rekeyed} -> handler {spec.handler.__name__}")
         cluster.wait_ready(args.timeout)
         print("ready: every partition owned and restored", flush=True)
         print("\n".join(cluster.pages()), flush=True)

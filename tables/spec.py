@@ -19,6 +19,7 @@ from tables.operators.base import JoinKind, Side, null_key_sides
 from tables.operators.temporal import TemporalKind
 from tables.operators.windowed import JoinType, JoinWindow
 from tables.records.codecs import IdSpec, SideCodec, TimestampSpec, Validate, record_fields
+from tables.records.rekey import KeySpec, Rekey, rekey_of
 from tables.records.sides import side_codec
 
 How = Literal["inner", "left", "right", "outer"]
@@ -52,12 +53,16 @@ class JoinInput:
       of the value.
     - `validate`: an extra check, `validate(key, value) -> reason or None`; a reason sends
       the record to the dead-letter topic.
+    - `key`: join on another key than the topic's: a value field's name, or a function of the
+      value. Tandem then repartitions the topic through `{app id}-{join}-{side}-repartition`
+      (docs/join-semantics.md, "Rekeying"); None: the topic's own Kafka key.
     """
 
     topic: TopicT
     timestamp: TimestampSpec = None
     id: IdSpec = None
     validate: Validate | None = None
+    key: KeySpec = None
 
     @property
     def name(self) -> str:
@@ -88,6 +93,9 @@ class JoinSpec:
     # Quiet for this long (wall clock, ms) with its inputs read to their end, a partition's
     # stream time follows the wall clock (None: never; docs/join-semantics.md, "Idle partitions").
     idle_ms: int | None = None
+    # The inputs read from another topic and rekeyed (`JoinInput(key=...)`): `left`/`right`
+    # are then their repartition topics (tables/runtime/rekeyer.py).
+    repartitions: Sequence[Repartition] = ()
 
     @property
     def record_limit(self) -> int:
@@ -126,6 +134,11 @@ class JoinSpec:
         """Whether records carry declared ids (an input's `id` option)."""
         return self.left.id is not None or self.right.id is not None
 
+    @property
+    def source_topics(self) -> list[str]:
+        """The topics a rekeyed input reads (its records rekeyed into its repartition topic)."""
+        return [r.source.name for r in self.repartitions]
+
     def table_changelogs(self) -> list[str]:
         return [t.changelog_topic.get_topic_name() for t in self.tables]
 
@@ -150,6 +163,61 @@ class JoinSpec:
             )  # fmt: skip
             for side, found in inputs
         }
+
+
+@dataclass(frozen=True)
+class Repartition:
+    """A rekeyed input: `source` (the declared input, its `key` set) is read, each record
+    rekeyed and produced to `topic`, `{app id}-{join}-{side}-repartition`, which the join reads
+    as that side's input (keyed by the join key, partitioned by the join's partitioner)."""
+
+    side: Side
+    source: JoinInput
+    topic: TopicT
+
+    @property
+    def name(self) -> str:
+        return str(next(iter(self.topic.topics)))
+
+    def rekey(self) -> Rekey:
+        """How each source record's new key is found (tables/records/rekey.py)."""
+        topic: Any = self.topic
+        app = topic.app
+        return rekey_of(app, self.source.topic, self.source.key, topic.key_type, topic.key_serializer)
+
+
+def repartition_topic_name(app: AppT, join: str, side: Side) -> str:
+    return f"{app.conf.id}-{join}-{side}-repartition"
+
+
+def rekeyed(
+    app: AppT, join: str, left: JoinInput, right: JoinInput
+) -> tuple[JoinInput, JoinInput, list[Repartition]]:
+    """The join's inputs with each rekeyed one (`key=`) replaced by its repartition topic: its
+    key typed and serialized as the other input's key (the join compares keys as bytes); both
+    rekeyed, as JSON. The value is the source's, as it was written."""
+    inputs = {"left": left, "right": right}
+    repartitions: list[Repartition] = []
+    for side, other in (("left", right), ("right", left)):
+        found = inputs[side]
+        if found.key is None:
+            continue
+        if other.key is None:
+            key_type = other.topic.key_type
+            key_serializer = other.topic.key_serializer or app.conf.key_serializer  # type: ignore[attr-defined]
+        else:
+            key_type, key_serializer = None, "json"
+        source = found.topic
+        topic = app.topic(
+            repartition_topic_name(app, join, side),  # type: ignore[arg-type]
+            key_type=key_type,
+            value_type=source.value_type,
+            key_serializer=key_serializer,
+            value_serializer=source.value_serializer,  # type: ignore[attr-defined]
+        )
+        repartitions.append(Repartition(side, found, topic))  # type: ignore[arg-type]
+        inputs[side] = JoinInput(topic, found.timestamp, found.id, found.validate)
+    return inputs["left"], inputs["right"], repartitions
 
 
 def duration_ms(value: Duration | None, what: str) -> int | None:
@@ -233,6 +301,7 @@ def as_input(value: TopicT | JoinInput, timestamp: TimestampSpec, id_: IdSpec) -
         found.timestamp if found.timestamp is not None else timestamp,
         found.id if found.id is not None else id_,
         found.validate,
+        found.key,
     )
 
 
@@ -276,6 +345,23 @@ def _check_self_join(spec: JoinSpec) -> None:
         )
 
 
+def _check_key(join: str, source: JoinInput) -> None:
+    """A rekeyed input's `key=`: a value field's name (checked as `timestamp=` is) or a function."""
+    key = source.key
+    if not (isinstance(key, str) or callable(key)):
+        raise JoinDeclarationError(
+            f"join {join!r}: key={key!r} for {source.name!r}: give a value field's name or a function "
+            "of the value"
+        )
+    _check_field(join, source, "key", key)
+
+
+def _read_topics(spec: JoinSpec) -> tuple[str, str]:
+    """The topics the join's two sides read from Kafka: a rekeyed side's source topic."""
+    sources = {r.side: r.source.name for r in spec.repartitions}
+    return sources.get("left", spec.left.name), sources.get("right", spec.right.name)
+
+
 def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
     """Refuse, naming the problem, what would make the join wrong or unstartable."""
     if not _TOPIC_NAME.match(spec.name):
@@ -295,7 +381,9 @@ def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
             f"join {spec.name!r}: a table's records are its key's versions in offset order; it takes no "
             f"id= (given {spec.right.id!r} for {spec.right.name!r})"
         )
-    left, right = spec.input_topics
+    for repartition in spec.repartitions:
+        _check_key(spec.name, repartition.source)
+    left, right = _read_topics(spec)
     if left == right:
         _check_self_join(spec)
     counts = {t.get_topic_name(): t.partitions for t in (spec.left.topic, spec.right.topic) if t.partitions}

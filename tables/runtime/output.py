@@ -203,22 +203,26 @@ class Collector:
         return grouped
 
     def _letters(self, letters: list[Letter]) -> dict[int, list[Record]]:
-        """Dead letters as JSON (docs/join-semantics.md, "Bad records"), by partition."""
-        out: dict[int, list[Record]] = {}
-        for topic, partition, offset, key, value, why in letters:
-            letter = {
-                "join": self.spec.name,
-                "topic": topic or None,
-                "partition": partition,
-                "offset": offset if offset >= 0 else None,
-                "reason": why.reason[:LETTER_REASON_CHARS],
-                "category": why.category,
-                **_kept("key", key),
-                **_kept("value", value),
-            }
-            letter_key = key if key is None or len(key) <= LETTER_KEEPS_BYTES else key[:LETTER_KEEPS_BYTES]
-            out.setdefault(partition, []).append((letter_key, orjson.dumps(letter), ()))
-        return out
+        return letter_records(self.spec.name, letters)
+
+
+def letter_records(join: str, letters: list[Letter]) -> dict[int, list[Record]]:
+    """Dead letters as JSON (docs/join-semantics.md, "Bad records"), by partition."""
+    out: dict[int, list[Record]] = {}
+    for topic, partition, offset, key, value, why in letters:
+        letter = {
+            "join": join,
+            "topic": topic or None,
+            "partition": partition,
+            "offset": offset if offset >= 0 else None,
+            "reason": why.reason[:LETTER_REASON_CHARS],
+            "category": why.category,
+            **_kept("key", key),
+            **_kept("value", value),
+        }
+        letter_key = key if key is None or len(key) <= LETTER_KEEPS_BYTES else key[:LETTER_KEEPS_BYTES]
+        out.setdefault(partition, []).append((letter_key, orjson.dumps(letter), ()))
+    return out
 
 
 # tables/operators/_fastjoin.pyx's `audit_many`, where it is built and in use (`AUDIT.active`).

@@ -25,14 +25,22 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
     creates topics (`create` False: TANDEM_CREATE_TOPICS=false), check that every one is there
     as the join needs it. Returns the join's partition count."""
     own = [spec.changelog_topic, spec.dead_letter_topic, *([spec.audit_topic] if spec.audit else [])]
-    counts = await broker_partition_counts(settings, {*spec.input_topics, *own, *spec.table_changelogs()})
+    sources = spec.source_topics
+    counts = await broker_partition_counts(
+        settings, {*spec.input_topics, *own, *spec.table_changelogs(), *sources}
+    )
+    missing_sources = [t for t in sources if t not in counts]
+    if missing_sources:
+        raise JoinStartupError(f"join {spec.name!r}: input topic(s) {missing_sources} do not exist")
     inputs = {t: counts[t] for t in spec.input_topics if t in counts}
     if len(set(inputs.values())) > 1:
         listed = ", ".join(f"{t}={n}" for t, n in sorted(inputs.items()))
         raise CopartitionError(
             f"join {spec.name!r} needs its inputs co-partitioned (one partition count), but: {listed}"
         )
-    partitions = next(iter(inputs.values()), None) or _declared_count(spec)
+    # Both inputs rekeyed, their repartition topics not made yet: as many as the larger source.
+    partitions = next(iter(inputs.values()), None) or max((counts[t] for t in sources), default=None)
+    partitions = partitions or _declared_count(spec)
     for topic in own:
         if topic in counts and counts[topic] != partitions:
             raise JoinStartupError(
@@ -49,9 +57,10 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
 
 
 def join_topics(spec: JoinSpec, partitions: int) -> list[Topic]:
-    """Every topic the join needs of the broker: its inputs, its changelog (compacted, deleted
-    after its kind's retention), its dead-letter topic and, with `audit`, its audit topic, with
-    one partition count."""
+    """Every topic the join needs of the broker: its inputs (a rekeyed input's repartition
+    topic, made here like the changelog), its changelog (compacted, deleted after its kind's
+    retention), its dead-letter topic and, with `audit`, its audit topic, with one partition
+    count."""
     return [
         *(Topic(name, partitions) for name in spec.input_topics),
         Topic(spec.changelog_topic, partitions, changelog_configs(spec.kind.retention_ms())),
@@ -64,7 +73,12 @@ async def _create_missing(
     spec: JoinSpec, settings: Settings, needed: list[Topic], counts: dict[str, int], inputs: dict[str, int]
 ) -> None:
     app = spec.app
-    missing_inputs = [t.name for t in needed if t.name in spec.input_topics and t.name not in inputs]
+    repartitions = {r.name for r in spec.repartitions}
+    missing_inputs = [
+        t.name
+        for t in needed
+        if t.name in spec.input_topics and t.name not in inputs and t.name not in repartitions
+    ]
     if missing_inputs and not app.conf.topic_allow_declare:
         raise JoinStartupError(f"join {spec.name!r}: input topic(s) {missing_inputs} do not exist")
     missing = [t for t in needed if t.name not in counts]

@@ -83,6 +83,8 @@ class JoinStats:
 
     read: dict[str, int] = field(default_factory=lambda: {"left": 0, "right": 0})
     null_values: dict[str, int] = field(default_factory=lambda: {"left": 0, "right": 0})
+    # A rekeyed input's source records produced to its repartition topic (tables/runtime/rekeyer.py).
+    rekeyed: dict[str, int] = field(default_factory=lambda: {"left": 0, "right": 0})
     # Records read again that the state already held (a restart, a takeover, a rebalance), by
     # partition: expected, and skipped (tables/records/positions.py).
     rereads: dict[int, int] = field(default_factory=dict)

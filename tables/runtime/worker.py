@@ -42,6 +42,7 @@ from tables.runtime.gcpacing import raise_gc_threshold
 from tables.runtime.looplag import LoopLag
 from tables.runtime.ports import ConsumerOffsets
 from tables.runtime.probing import Prober
+from tables.runtime.rekeyer import Rekeyer
 from tables.runtime.results import Serializers
 from tables.runtime.startup import JoinStartupError, prepare_topics
 from tables.runtime.task import JoinTask
@@ -88,7 +89,9 @@ class Runtime:
         self.app = app
         self.settings = settings or RuntimeSettings.from_env()
         self.tasks: dict[str, JoinTask] = {}
-        self._by_topic: dict[str, list[JoinTask]] = {}  # a topic may feed several joins
+        # A topic may feed several joins; a rekeyed input's source topic feeds its rekeyer.
+        self._by_topic: dict[str, list[JoinTask | Rekeyer]] = {}
+        self.rekeyers: list[Rekeyer] = []
         self.serializers = Serializers(app)
         self.offsets = ConsumerOffsets(app)  # the inputs' high watermarks and committed offsets
         self._offsets: dict[str, dict[int, int]] = {}  # read by the assignor's thread
@@ -121,6 +124,13 @@ class Runtime:
         self.tasks[spec.name] = task
         for topic in spec.topics:
             self._by_topic.setdefault(topic, []).append(task)
+        for repartition in spec.repartitions:
+            rekeyer = Rekeyer(spec, repartition, self, task.stats)
+            self.rekeyers.append(rekeyer)
+            self._by_topic.setdefault(rekeyer.source, []).append(rekeyer)
+            self.app.topics.add(repartition.source.topic)
+        # A repartition topic is one of the join's inputs: placed with its co-partition group
+        # (its source topic is only consumed, assigned on its own).
         declare_join(
             self.app, topics=[*spec.topics, *spec.table_changelogs()], changelog=spec.changelog_topic
         )
@@ -162,10 +172,10 @@ class Runtime:
         for task, dropped in self._by_task(records).items():
             await task.dropped(dropped)
 
-    def _by_task(self, records: dict[TP, list[Any]]) -> dict[JoinTask, dict[TP, list[Any]]]:
+    def _by_task(self, records: dict[TP, list[Any]]) -> dict[JoinTask | Rekeyer, dict[TP, list[Any]]]:
         """Each task's share of a fetch: a topic read by several joins is fetched once and
         handed to each (the records are only read)."""
-        by_task: dict[JoinTask, dict[TP, list[Any]]] = {}
+        by_task: dict[JoinTask | Rekeyer, dict[TP, list[Any]]] = {}
         for tp, found in records.items():
             for task in self._by_topic[tp.topic]:
                 by_task.setdefault(task, {})[tp] = found
@@ -219,7 +229,8 @@ class Runtime:
         await self.app.crash(exc)
 
     async def quiesce(self) -> None:
-        await asyncio.gather(*(task.quiesce() for task in self.tasks.values()))
+        readers: list[JoinTask | Rekeyer] = [*self.tasks.values(), *self.rekeyers]
+        await asyncio.gather(*(reader.quiesce() for reader in readers))
 
     # -- start-up and rebalances ---------------------------------------------------------------
 
@@ -253,6 +264,8 @@ class Runtime:
         admin = app_settings(self.app, "admin")
         for task in self.tasks.values():
             task.partitions = await prepare_topics(task.spec, admin, self.settings.create_topics)
+        for rekeyer in self.rekeyers:
+            rekeyer.partitions = self.tasks[rekeyer.spec.name].partitions
         await self._learn_table_changelog_ids()
         self.refresh_offsets()
 
@@ -302,6 +315,8 @@ class Runtime:
             standby = {tp.partition for tp in standby_tps if tp.topic in topics}
             warmup = set(warmups.get(spec.changelog_topic, ()))
             await task.assign(active, standby - warmup, epoch, warmup)
+        for rekeyer in self.rekeyers:
+            rekeyer.assign({tp for tp in assigned if tp.topic == rekeyer.source})
         self.refresh_offsets()
         if self.faust_stores.waiting_for_ids():  # tables whose changelogs Faust just created
             await self._learn_table_changelog_ids()

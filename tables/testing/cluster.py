@@ -157,9 +157,11 @@ class LocalCluster:
             declared = [s.topic.partitions for s in (spec.left, spec.right) if s.topic.partitions]
             count = self.partitions or (declared[0] if declared else spec.app.conf.topic_partitions)
             topics = join_topics(spec, int(count))
+            # A rekeyed input's source topic: its own declared count, else the join's.
+            sources = {r.source.name: r.source.topic.partitions or int(count) for r in spec.repartitions}
             await create_topics(
                 self.bootstrap,
-                {t.name: t.partitions for t in topics},
+                {**sources, **{t.name: t.partitions for t in topics}},
                 {t.name: dict(t.configs) for t in topics},
             )
 

@@ -48,6 +48,7 @@ from tables.kafka.handler_sends import collect_handler_sends
 from tables.operators.base import Match, Side
 from tables.records.codecs import MAX_TS_MS, timestamp_ms
 from tables.records.partitioners import partition_for
+from tables.runtime.rekeyer import Rekeyer
 from tables.runtime.results import JoinResult, Serializers
 from tables.runtime.stats import JoinStats
 from tables.runtime.task import JoinTask
@@ -152,6 +153,10 @@ class JoinTestDriver:
         self._producer = MemoryProducer(self.log)
         self._topics: dict[str, TopicT] = {spec.left.name: spec.left.topic, spec.right.name: spec.right.topic}
         self._sides: dict[str, Side] = {spec.right.name: "right", spec.left.name: "left"}  # self-join: "left"
+        # A rekeyed input is sent to its source topic: the worker's rekeyer repartitions it.
+        for repartition in spec.repartitions:
+            self._topics[repartition.source.name] = repartition.source.topic
+        self._rekeyers: dict[str, Rekeyer] = {}
         self.stats = JoinStats()
         self._codecs = spec.codecs()
         self._offsets: dict[tuple[str, int], int] = {}
@@ -183,6 +188,11 @@ class JoinTestDriver:
             self.log.counts[name] = self.partitions
         self._worker = _MemoryWorker(self._serializers, self.log, self.inputs, self._producer)
         await self._start_task()
+        for repartition in self.spec.repartitions:
+            self.log.counts[repartition.name] = self.partitions
+            rekeyer = Rekeyer(self.spec, repartition, self._worker, self.stats)
+            rekeyer.partitions = self.partitions
+            self._rekeyers[repartition.source.name] = rekeyer
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -250,19 +260,37 @@ class JoinTestDriver:
         partitioner. `offset`: default, the next one (give an earlier one to read a record
         again, as after a crash)."""
         name = topic if isinstance(topic, str) else topic.get_topic_name()
-        if name not in self._sides:
-            raise ValueError(f"join {self.spec.name!r} reads {list(self._sides)}, not {name!r}")
+        if name not in self._sides and name not in self._rekeyers:
+            readable = [*self._rekeyers, *(s for s in self._sides if s not in self._repartitioned())]
+            raise ValueError(f"join {self.spec.name!r} reads {readable}, not {name!r}")
         raw_key, raw_value = (key, value) if raw else self._serialize(name, key, value)
         if partition is None:
-            partition = self._partition(raw_key)
+            partition = self._partition(raw_key, name)
         if offset is None:
             offset = self._offsets.get((name, partition), 0)
         self._offsets[(name, partition)] = max(self._offsets.get((name, partition), 0), offset + 1)
-        self.inputs.append(
-            TP(name, partition), MemoryRecord(raw_key, raw_value, _millis(timestamp), [], offset)
-        )
+        record = MemoryRecord(raw_key, raw_value, _millis(timestamp), [], offset)
+        rekeyer = self._rekeyers.get(name)
+        if rekeyer is not None:
+            await self._repartition(rekeyer, TP(name, partition), record)
+        else:
+            self.inputs.append(TP(name, partition), record)
         if not self._batching:
             await self._fetch_and_join()
+
+    def _repartitioned(self) -> set[str]:
+        return {r.name for r in self.spec.repartitions}
+
+    async def _repartition(self, rekeyer: Rekeyer, tp: TP, record: MemoryRecord) -> None:
+        """A source record through the worker's rekeyer: its copy in the repartition topic (in
+        the memory log) becomes the join's input, or its dead letter is written."""
+        log = self.log.records
+        before = {p: len(log.get((rekeyer.target, p), [])) for p in range(self.partitions)}
+        await rekeyer.take({tp: [record]})
+        self._raise_failure()
+        for p, start in before.items():
+            for copied in log.get((rekeyer.target, p), [])[start:]:
+                self.inputs.append(TP(rekeyer.target, p), copied)
 
     @contextlib.asynccontextmanager
     async def batched(self) -> AsyncIterator[None]:
@@ -365,7 +393,8 @@ class JoinTestDriver:
 
     def counters(self) -> dict[str, Any]:
         """The join's counters, as a worker's view shows them: records read, results,
-        unmatched results, null values, dead letters by category, records sent again with
+        unmatched results, null values, a rekeyed input's records produced to its repartition
+        topic (`rekeyed`, per side), dead letters by category, records sent again with
         an offset the state had taken (`rereads`: skipped, as a worker reading them again
         after a crash does), and the operator's (late, duplicates: a declared id already
         held, ...)."""
@@ -375,6 +404,7 @@ class JoinTestDriver:
             "unmatched": self.stats.unmatched,
             "idle_results": self.stats.idle_results,
             "null_values": dict(self.stats.null_values),
+            "rekeyed": dict(self.stats.rekeyed),
             "dead_letters": {c: n for c, n in self.stats.dead_letters.items() if n},
             "handler_restarts": self.stats.handler_restarts,
             "rereads": sum(self.stats.rereads.values()),
@@ -396,9 +426,12 @@ class JoinTestDriver:
         _, dumps_key, dumps_value = self._serializers.for_topic(self._topics[topic])
         return dumps_key(key), dumps_value(value)
 
-    def _partition(self, key: bytes | None) -> int:
+    def _partition(self, key: bytes | None, topic: str | None = None) -> int:
         if key is None:
             return 0  # a null key goes anywhere (dead-lettered, or a lone result: KIP-962)
+        if topic in self._rekeyers:  # a source topic: Kafka's default partitioner, its own count
+            count = self._topics[topic].partitions or self.partitions
+            return partition_for(key, count, "murmur2")
         partitioner = self.spec.partitioner if self.spec.partitioner != "none" else "murmur2"
         return partition_for(key, self.partitions, partitioner)
 

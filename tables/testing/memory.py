@@ -96,13 +96,33 @@ class MemoryKafkaProducer:
 
     async def send_batch(self, batch: Any, topic: str, *, partition: int) -> asyncio.Future[RecordMetadata]:
         records = MemoryRecords(bytes(batch._builder.build()))
-        rows, timestamp = [], 0
+        first, timestamp = None, 0
         while records.has_next():
-            for record in records.next_batch():
-                rows.append((record.key, record.value, list(record.headers)))
+            for record in records.next_batch():  # each with its own timestamp (a rekeyed input's)
                 timestamp = record.timestamp
-        first = self.log.append(topic, partition, rows, timestamp)
-        return _acknowledged(topic, partition, first, timestamp)
+                offset = self.log.append(
+                    topic, partition, [(record.key, record.value, list(record.headers))], timestamp
+                )
+                first = offset if first is None else first
+        return _acknowledged(topic, partition, first or 0, timestamp)
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Any = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """aiokafka's `send` (a rekeyed input's records: tables/runtime/rekeyer.py), each record
+        with its own timestamp."""
+        if partition is None:
+            count = self.log.partition_count(topic)
+            partition = partition_for(key, count, "murmur2") if key is not None else 0
+        ms = timestamp_ms or 0
+        offset = self.log.append(topic, partition, [(key, value, list(headers or ()))], ms)
+        return _acknowledged(topic, partition, offset, ms)
 
 
 class MemoryProducer:

@@ -58,6 +58,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "tandem_records_read": ("counter", ("join", "side"), "Input records read, per side"),
     "tandem_null_values": ("counter", ("join", "side"), "Input records with a null value (dropped)"),
+    "tandem_rekeyed_records": (
+        "counter",
+        ("join", "side"),
+        "A rekeyed input's source records produced to its repartition topic",
+    ),
     "tandem_results": ("counter", ("join", "kind"), "Results handed to the handler: joined or unmatched"),
     "tandem_idle_results": (
         "counter",
@@ -321,6 +326,7 @@ def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> N
     for side in ("left", "right"):
         f.add("tandem_records_read", [name, side], stats.read[side])
         f.add("tandem_null_values", [name, side], stats.null_values[side])
+        f.add("tandem_rekeyed_records", [name, side], stats.rekeyed[side])
     f.add("tandem_results", [name, "joined"], stats.results - stats.unmatched)
     f.add("tandem_results", [name, "unmatched"], stats.unmatched)
     f.add("tandem_idle_results", [name], stats.idle_results)

@@ -97,6 +97,11 @@ def join_view(task: JoinTask) -> dict[str, Any]:
     counts = task.counters()
     return {
         "inputs": list(spec.input_topics),
+        # A rekeyed input: side -> its source topic, its repartition topic, records produced there.
+        "rekeyed": {
+            r.side: {"source": r.source.name, "topic": r.name, "records": stats.rekeyed[r.side]}
+            for r in spec.repartitions
+        },
         **spec.kind.describe(),
         "changelog": spec.changelog_topic,
         "dead_letter_topic": spec.dead_letter_topic,
