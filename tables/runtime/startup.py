@@ -29,7 +29,10 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
     as the join needs it. Returns the join's partition count."""
     app = spec.app
     own = [spec.changelog_topic, spec.dead_letter_topic, *([spec.audit_topic] if spec.audit else [])]
-    counts = await broker_partition_counts(settings, {*spec.input_topics, *own, *spec.table_changelogs()})
+    global_table = [spec.right.name] if spec.is_global else []  # read whole: any partition count
+    counts = await broker_partition_counts(
+        settings, {*spec.input_topics, *own, *spec.table_changelogs(), *global_table}
+    )
     inputs = {t: counts[t] for t in spec.input_topics if t in counts}
     if len(set(inputs.values())) > 1:
         listed = ", ".join(f"{t}={n}" for t, n in sorted(inputs.items()))
@@ -44,6 +47,9 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
                 " (delete it, or give the join a new name)"
             )
     needed = join_topics(spec, partitions)
+    for table in global_table:
+        if table not in counts:  # created, or asked for, like a missing input
+            needed.append(Topic(table, int(spec.right.topic.partitions or app.conf.topic_partitions)))
     if create:
         await _create_missing(spec, settings, needed, counts, inputs)
     else:
@@ -69,7 +75,8 @@ async def _create_missing(
     spec: JoinSpec, settings: Settings, needed: list[Topic], counts: dict[str, int], inputs: dict[str, int]
 ) -> None:
     app = spec.app
-    missing_inputs = [t.name for t in needed if t.name in spec.input_topics and t.name not in inputs]
+    inputs_and_table = {*spec.input_topics, spec.right.name}
+    missing_inputs = [t.name for t in needed if t.name in inputs_and_table and t.name not in counts]
     if missing_inputs and not app.conf.topic_allow_declare:
         raise JoinStartupError(f"join {spec.name!r}: input topic(s) {missing_inputs} do not exist")
     missing = [t for t in needed if t.name not in counts]

@@ -33,7 +33,7 @@ from typing import Any
 import faust
 
 from tables.api import runtime_of
-from tables.kafka.topics import create_topics
+from tables.kafka.topics import Topic, create_topics
 from tables.runtime.startup import join_topics
 from tables.spec import JoinSpec
 from tables.testing.broker import EmbeddedBroker, embedded_env, free_port
@@ -157,6 +157,9 @@ class LocalCluster:
             declared = [s.topic.partitions for s in (spec.left, spec.right) if s.topic.partitions]
             count = self.partitions or (declared[0] if declared else spec.app.conf.topic_partitions)
             topics = join_topics(spec, int(count))
+            if spec.is_global:  # a global table keeps its own partition count
+                table = spec.right.topic.partitions or spec.app.conf.topic_partitions
+                topics.append(Topic(spec.right.name, int(table)))
             await create_topics(
                 self.bootstrap,
                 {t.name: t.partitions for t in topics},

@@ -311,7 +311,7 @@ def _collect_worker(f: _Families, runtime: Runtime) -> None:
 
 def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> None:
     spec, stats, state = task.spec, task.stats, task.state
-    left, right = spec.input_topics
+    left, right = spec.left.name, spec.right.name
     f.add("tandem_join_info", [name, left, right, spec.changelog_topic, spec.kind.how], 1)
     for side in ("left", "right"):
         f.add("tandem_records_read", [name, side], stats.read[side])
