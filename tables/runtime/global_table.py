@@ -107,7 +107,7 @@ class GlobalTable:
         if self.restored:
             return
         self.restore_started = time.monotonic()
-        self._open()
+        self.open()
         consumer = self._consumer = clients.consumer(
             self.settings,
             enable_auto_commit=False,
@@ -218,7 +218,7 @@ class GlobalTable:
         fetched = await consumer.getmany(timeout_ms=timeout_ms)
         count = 0
         if fetched:
-            count = self._apply(fetched)
+            count = self.apply(fetched)
         for tp in consumer.assignment():
             high = consumer.highwater(tp)
             if high is not None:
@@ -226,7 +226,9 @@ class GlobalTable:
                 self.read_to[tp.partition] = int(await consumer.position(tp))
         return count
 
-    def _apply(self, fetched: Mapping[TopicPartition, list[ConsumerRecord[Any, Any]]]) -> int:
+    def apply(self, fetched: Mapping[TopicPartition, list[ConsumerRecord[Any, Any]]]) -> int:
+        """Records of the topic (each with `key`, `value`, `offset`), in offset order per
+        partition, written to the store with the offsets they reach; how many were applied."""
         store = self.store
         assert store is not None
         changes: dict[bytes, bytes | None] = {}
@@ -257,7 +259,8 @@ class GlobalTable:
         self.updates += count
         return count
 
-    def _open(self) -> None:
+    def open(self) -> None:
+        """Open the store and read what it holds: the offsets reached and the entries' count."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         store = self.store = open_store(self.path, sync=self.sync)
         for stored_key, value in store.scan(OFFSET, OFFSET + b"\xff"):
