@@ -37,7 +37,8 @@ def shop(how: str = "inner", key: Any = "sku") -> tuple[faust.App, Any, dict[str
     @join_global(app, JoinInput(orders, timestamp="ts"), products, key=key, how=how)  # type: ignore[arg-type]
     async def priced(results: JoinResults[str, Order, Product]) -> None:
         async for order_id, order, product, ts in results:
-            await out.send(key=order_id, value={"sku": order.sku, "cents": product and product.cents, "ts": ts})
+            cents = product.cents if product is not None else None
+            await out.send(key=order_id, value={"sku": order.sku, "cents": cents, "ts": ts})
 
     return app, priced, {"products": products, "orders": orders, "out": out}
 
