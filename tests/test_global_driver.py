@@ -5,6 +5,9 @@ And the declaration's checks."""
 from __future__ import annotations
 
 import itertools
+import re
+import types
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -14,6 +17,7 @@ from tables import JoinDeclarationError, JoinInput, JoinResults, TandemAssignor,
 from tables.testing import JoinTestDriver
 
 counter = itertools.count()
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 class Product(faust.Record, serializer="json"):
@@ -120,3 +124,23 @@ def test_declaration_errors_name_the_problem() -> None:
         shop(how="outer")
     with pytest.raises(JoinDeclarationError, match="name a field of the stream value"):
         shop(key=42)
+
+
+async def test_the_readme_global_table_example_runs_as_written() -> None:
+    """The README's `join_global` example, added to its paid.py, through the test driver."""
+    section = README.read_text().split("## Write your own join", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    paid, example = blocks[0], next(b for b in blocks if "join_global" in b)
+    module = types.ModuleType("readme_paid")
+    exec(
+        paid.replace('faust.App("paid"', f'faust.App("readme-paid-{next(counter)}"') + example,
+        module.__dict__,
+    )
+    async with JoinTestDriver(module.order_country) as t:
+        await t.send(module.customers, key="c1", value=module.Customer(name="Ann", country="FR"))
+        await t.send(module.orders, key=7, value=module.Order(order_id=7, customer="c1", amount_cents=1250))
+        await t.send(module.orders, key=8, value=module.Order(order_id=8, customer="c2", amount_cents=990))
+        assert [(s.key, s.value) for s in t.sent(module.order_countries)] == [
+            (7, {"country": "FR"}),
+            (8, {"country": None}),
+        ]

@@ -33,7 +33,7 @@ def readme_blocks() -> list[str]:
 
 def newcomer_dir(tmp_path: Path, unique: str) -> Path:
     """paid.py and test_paid.py as the README gives them (a fresh app id per run)."""
-    app, test = readme_blocks()
+    app, test = readme_blocks()[:2]  # the blocks after them extend paid.py (tested on their own)
     (tmp_path / "paid.py").write_text(app.replace('faust.App("paid"', f'faust.App("paid-{unique}"'))
     (tmp_path / "test_paid.py").write_text(test)
     return tmp_path
