@@ -76,12 +76,18 @@ def topic_partitions(connection: Connection, topics: list[str]) -> int:
     return next(iter(counts.values()))
 
 
+def read_names(spec: JoinSpec) -> tuple[str, str]:
+    """The topics the twin reads: both inputs (a global-table join's table too, which the
+    stream reads apart from its group's inputs)."""
+    return spec.left.name, spec.right.name
+
+
 def read_topics(spark: SparkSession, spec: JoinSpec, connection: Connection, split: int) -> DataFrame:
     """Both inputs through the `tandem-topic` source, in the input layout."""
     return (
         spark.read.format("tandem-topic")
         .options(**source_options(connection))
-        .option("topic", ",".join(spec.input_topics))
+        .option("topic", ",".join(read_names(spec)))
         .option("splitSize", str(split))
         .load()
         .select(*RAW_COLUMNS)
@@ -99,7 +105,7 @@ def read_parquet(spark: SparkSession, spec: JoinSpec, path: str, partitions: int
     from pyspark.sql import functions as F
 
     df = spark.read.parquet(path)
-    left, right = spec.input_topics
+    left, right = read_names(spec)
     if "topic" not in df.columns:
         if "side" not in df.columns:
             raise SystemExit(f"{path}: no `topic` or `side` column")
@@ -161,6 +167,6 @@ def export(spark: SparkSession, spec: JoinSpec, connection: Connection, out: str
     raw = read_topics(spark, spec, connection, split)
     raw.write.mode("overwrite").partitionBy("topic").parquet(out)
     counts = {r["topic"]: int(r["count"]) for r in spark.read.parquet(out).groupBy("topic").count().collect()}
-    meta = {"join": spec.name, "topics": list(spec.input_topics), "partitions": partitions, "counts": counts}
+    meta = {"join": spec.name, "topics": list(read_names(spec)), "partitions": partitions, "counts": counts}
     (Path(out) / META_FILE).write_text(json.dumps(meta, indent=2))
     return sum(counts.values())

@@ -34,7 +34,11 @@ if TYPE_CHECKING:
 # `close_inputs`: stream time moves here at the end of the input (JoinTestDriver.close_inputs).
 END_OF_TIME = MAX_TS_MS
 # JoinKind.name -> the module of its twin.
-KINDS = {"windowed": "pipeline.twins.windowed", "temporal": "pipeline.twins.temporal"}
+KINDS = {
+    "windowed": "pipeline.twins.windowed",
+    "temporal": "pipeline.twins.temporal",
+    "global": "pipeline.twins.global_lookup",
+}
 
 # Every record's fate (`status` of KindTwin.records): before the join (pipeline/checks.py) and in it.
 STATUSES = ("accepted", "late", "duplicate", "late_update", "null_value", "dead_letter")
