@@ -113,7 +113,8 @@ def twin(
 def global_alternatives(ref: JoinRef, checked: DataFrame) -> DataFrame:
     """Every result the stream may have handed over for each accepted stream record, whatever
     moment it joined it at: with each value its lookup key ever had (and, for a left join, none):
-    `partition`, `ts`, `fingerprint` (hex). What reconcile accepts as a global lookup."""
+    `partition`, `offset` (the stream record's), `ts`, `fingerprint` (hex). What reconcile
+    accepts as a global lookup."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import pandas_udf
 
@@ -145,6 +146,7 @@ def global_alternatives(ref: JoinRef, checked: DataFrame) -> DataFrame:
 
     return joined.select(
         "partition",
+        "offset",
         "ts",
         prints(F.col("key"), F.col("value"), F.col("table_value"), F.col("ts")).alias("fingerprint"),
     )
