@@ -32,13 +32,13 @@ clicks = app.topic("clicks", key_type=str, value_type=Click, partitions=4)
 out = app.topic("clicks-enriched", key_type=str, partitions=4)
 
 
-@join_global(app, JoinInput(clicks, timestamp="ts"), campaigns, key=campaign_of, how="inner")
+@join_global(app, JoinInput(clicks, timestamp="ts"), campaigns, key=campaign_of, how="inner", audit=True)
 async def enriched_clicks(results: JoinResults[str, Click, Campaign]) -> None:
     async for key, click, campaign, _ts in results:
         await out.send(key=key, value={"click": click.click_id, "title": campaign.title, "how": "inner"})
 
 
-@join_global(app, JoinInput(clicks, timestamp="ts"), campaigns, key="campaign", how="left")
+@join_global(app, JoinInput(clicks, timestamp="ts"), campaigns, key="campaign", how="left", audit=True)
 async def all_clicks(results: JoinResults[str, Click, Campaign]) -> None:
     async for key, click, campaign, _ts in results:
         title = campaign.title if campaign is not None else None
