@@ -11,6 +11,7 @@ good record with the same event time and id.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ ACCEPTED, NULL, DEAD = "accepted", "null_value", "dead_letter"
 CHECKED_SCHEMA = (
     RAW_SCHEMA + ", side string, status string, category string, reason string, ts long, rid binary"
 )
+_OFFSET = struct.Struct(">Q")  # a record id that is its offset (tables/records/codecs.py)
 _TYPES = {"side": pa.string(), "status": pa.string(), "category": pa.string(), "reason": pa.string(),
           "ts": pa.int64(), "rid": pa.binary()}  # fmt: skip
 
@@ -61,6 +63,9 @@ class Checker:
         # A rekeyed input's record still on its source topic: its key could not be found
         # (pipeline/rekey.py); dead-lettered with the rekeyer's reason.
         self.rekeys = {r.source.name: r.rekey().key_of for r in spec.repartitions}
+        # A global table is read whole and unchecked by every worker (its own partition count;
+        # its values decoded only in a result): its records are all taken, as they are.
+        self.unchecked = spec.right.name if spec.is_global else None
 
     def check(self, batch: pa.RecordBatch) -> Checked:
         """The records of `batch` (columns of the input layout), in batch order."""
@@ -80,6 +85,9 @@ class Checker:
                 why = rekeys[topics[i]](values[i])
                 assert isinstance(why, Rejected), "a rekeyed record is on its repartition topic"
                 out.status[i], out.category[i], out.reason[i] = DEAD, why.category, why.reason
+                continue
+            if topics[i] == self.unchecked:
+                out.ts[i], out.rid[i] = stamps[i], _OFFSET.pack(offsets[i])
                 continue
             expected = misplaced.get(i)
             if expected is not None:
@@ -105,7 +113,8 @@ class Checker:
             return {}
         groups: dict[tuple[str, int], list[int]] = {}
         for i, tp in enumerate(zip(topics, partitions, strict=True)):
-            if tp[0] not in self.rekeys:  # a source topic is not partitioned by the join key
+            # A source topic is not partitioned by the join key, a global table by its own count.
+            if tp[0] not in self.rekeys and tp[0] != self.unchecked:
                 groups.setdefault(tp, []).append(i)
         found: dict[int, int] = {}
         for (_, partition), rows in groups.items():

@@ -62,8 +62,9 @@ def source_of(text: str, partitions: int | None = None) -> Source:
 
 
 def read_names(spec: JoinSpec) -> tuple[str, ...]:
-    """The topics the join's inputs are read from: a rekeyed input's source topic (rekeyed by
-    pipeline/rekey.py as the stream does), else the input itself."""
+    """The topics the twin reads: a rekeyed input's source topic (rekeyed by pipeline/rekey.py
+    as the stream does), else the input itself (a global-table join's table too, which the
+    stream reads apart from its group's inputs)."""
     sources = {r.side: r.source.name for r in spec.repartitions}
     left, right = sources.get("left", spec.left.name), sources.get("right", spec.right.name)
     return (left,) if left == right else (left, right)  # a self-join's topic is read once

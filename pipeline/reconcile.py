@@ -58,6 +58,9 @@ RESULT_CATEGORIES = (
     "matched", "missing", "late_by_stream_only", "spurious", "idle_only", "redelivered", "repeated",
     "misplaced",
 )  # fmt: skip
+# A global-table join's result the twin did not expect, but made of a value the lookup key had
+# at another time than the input's end (docs/join-semantics.md, "Global tables"): tolerated.
+GLOBAL_CHANGED = "global_table_changed"
 LETTER_CATEGORIES = ("matched", "missing", "spurious", "other_category", "redelivered")
 AUDIT_SCHEMA = "partition int, ts long, fingerprint string, writer string, idle boolean"
 LETTER_SCHEMA = (
@@ -109,17 +112,19 @@ class Report:
     def ok(self) -> bool:
         return not self.failures
 
+    @property
+    def categories(self) -> tuple[str, ...]:
+        """The result categories shown: a global-table join's has `global_table_changed` too."""
+        return RESULT_CATEGORIES + ((GLOBAL_CHANGED,) if GLOBAL_CHANGED in self.results else ())
+
     def render(self) -> str:
+        categories = self.categories
         lines = [f"reconcile: join {self.join!r}: the stream's audit against the batch twin", ""]
-        lines.append(
-            "  results:      " + "  ".join(f"{c}={self.results.get(c, 0):,}" for c in RESULT_CATEGORIES)
-        )
+        lines.append("  results:      " + "  ".join(f"{c}={self.results.get(c, 0):,}" for c in categories))
         lines.append(f"    released by an idle partition's clock (the `idle` option): {self.idle_results:,}")
-        lines += ["", f"  {'partition':>9} " + " ".join(f"{c[:12]:>12}" for c in RESULT_CATEGORIES)]
+        lines += ["", f"  {'partition':>9} " + " ".join(f"{c[:12]:>12}" for c in categories)]
         for row in self.by_partition:
-            lines.append(
-                f"  {row['partition']:>9} " + " ".join(f"{row.get(c, 0):>12,}" for c in RESULT_CATEGORIES)
-            )
+            lines.append(f"  {row['partition']:>9} " + " ".join(f"{row.get(c, 0):>12,}" for c in categories))
         if self.examples:
             lines += ["", "  examples (category, partition, key, fingerprint, inputs):"]
             lines += [
@@ -176,10 +181,19 @@ def audit_records(spark: SparkSession, connection: Connection, topic: str) -> Da
 
 
 def compare_results(
-    twin: TwinOutput, audit: DataFrame, late_prone: DataFrame | None, examples: int
+    twin: TwinOutput,
+    audit: DataFrame,
+    late_prone: DataFrame | None,
+    examples: int,
+    alternatives: DataFrame | None = None,
 ) -> tuple[dict[str, int], list[dict[str, int]], list[dict[str, Any]]]:
-    """Totals by category, per partition, and examples (module docstring)."""
+    """Totals by category, per partition, and examples (module docstring). `alternatives`: a
+    global-table join's other possible results (pipeline/twins/global_lookup.py): a stream
+    result among them is `global_table_changed`, and the twin's result of the same stream
+    record is then not missing."""
     from pyspark.sql import functions as F
+
+    categories = RESULT_CATEGORIES + ((GLOBAL_CHANGED,) if alternatives is not None else ())
 
     inputs = F.concat_ws(
         " ",
@@ -238,40 +252,85 @@ def compare_results(
     # the join, whose results one writer may hand over again (docs/join-semantics.md, "Rekeying").
     # Its extra copies are redelivery, not a repeat.
     one_writer = F.col("writers") <= (0 if twin.ref.spec().repartitions else 1)
+    changed, covered = _global_changes(twin, audit, expected, alternatives)
     copies, wanted = F.coalesce("copies", F.lit(0)), F.coalesce("expected", F.lit(0))
     extra = F.greatest(copies - wanted, F.lit(0))
     short = F.greatest(wanted - copies, F.lit(0))
+    is_changed, is_covered = F.coalesce("changed", F.lit(False)), F.coalesce("covered", F.lit(False))
     joined = (
         exp.join(act, "fingerprint", "full_outer")
         .join(placed, "fingerprint", "left")
+        .join(changed, "fingerprint", "left")
+        .join(covered, "fingerprint", "left")
         .select(
             "fingerprint",
             F.coalesce("e_partition", "a_partition").alias("partition"),
             F.coalesce("e_key", "a_key").alias("key"),
             F.coalesce("e_inputs", F.lit("")).alias("inputs"),
             F.least(copies, wanted).alias("matched"),
-            F.when(~F.coalesce("prone", F.lit(False)), short).otherwise(0).alias("missing"),
-            F.when(F.coalesce("prone", F.lit(False)), short).otherwise(0).alias("late_by_stream_only"),
-            F.when(F.col("expected").isNull() & (F.col("idle") == 0), copies).otherwise(0).alias("spurious"),
+            F.when(~F.coalesce("prone", F.lit(False)) & ~is_covered, short).otherwise(0).alias("missing"),
+            F.when(F.coalesce("prone", F.lit(False)) & ~is_covered, short)
+            .otherwise(0)
+            .alias("late_by_stream_only"),
+            F.when(F.col("expected").isNull() & (F.col("idle") == 0) & ~is_changed, copies)
+            .otherwise(0)
+            .alias("spurious"),
             F.when(F.col("expected").isNull() & (F.col("idle") == 1), copies).otherwise(0).alias("idle_only"),
             F.when(F.col("expected").isNotNull() & ~one_writer, extra).otherwise(0).alias("redelivered"),
             F.when(F.col("expected").isNotNull() & one_writer, extra).otherwise(0).alias("repeated"),
             F.coalesce("misplaced", F.lit(0)).alias("misplaced"),
+            F.when(F.col("expected").isNull() & is_changed, copies).otherwise(0).alias(GLOBAL_CHANGED),
         )
         .cache()
     )
-    sums = [F.sum(c).alias(c) for c in RESULT_CATEGORIES]
+    sums = [F.sum(c).alias(c) for c in categories]
     rows = joined.groupBy("partition").agg(*sums).orderBy("partition").collect()
     by_partition = [{k: int(v or 0) for k, v in r.asDict().items()} for r in rows]
-    totals = {c: sum(r[c] for r in by_partition) for c in RESULT_CATEGORIES}
-    odd = joined.filter(sum((F.col(c) > 0).cast("int") for c in RESULT_CATEGORIES[1:]) > 0)  # type: ignore[arg-type]
+    totals = {c: sum(r[c] for r in by_partition) for c in categories}
+    odd = joined.filter(sum((F.col(c) > 0).cast("int") for c in categories[1:]) > 0)  # type: ignore[arg-type]
     shown = []
     for r in odd.orderBy("partition", "key").limit(examples).collect():
-        category = next(c for c in RESULT_CATEGORIES[1:] if r[c] > 0)
+        category = next(c for c in categories[1:] if r[c] > 0)
         shown.append({"category": category, "partition": r["partition"], "key": r["key"],
                       "fingerprint": r["fingerprint"], "inputs": r["inputs"]})  # fmt: skip
     joined.unpersist()
     return totals, by_partition, shown
+
+
+def _global_changes(
+    twin: TwinOutput, audit: DataFrame, expected: DataFrame, alternatives: DataFrame | None
+) -> tuple[DataFrame, DataFrame]:
+    """(fingerprint, changed): the stream's unexpected results that are a global lookup made at
+    another moment; (fingerprint, covered): the twin's results of those stream records. Both
+    empty without `alternatives`."""
+    from pyspark.sql import functions as F
+
+    spark = audit.sparkSession
+    if alternatives is None:
+        return (
+            spark.createDataFrame([], "fingerprint string, changed boolean"),
+            spark.createDataFrame([], "fingerprint string, covered boolean"),
+        )
+    unexpected = (
+        audit.select("fingerprint")
+        .distinct()
+        .join(expected.select("fingerprint"), "fingerprint", "left_anti")
+    )
+    found = alternatives.select("fingerprint", F.col("partition").alias("g_p"), F.col("offset").alias("g_o"))
+    made = found.join(unexpected, "fingerprint").cache()
+    changed = made.select("fingerprint").distinct().withColumn("changed", F.lit(True))
+    records = made.select("g_p", "g_o").distinct()
+    covered = (
+        twin.results.join(
+            records,
+            (F.col("partition") == F.col("g_p")) & (F.col("left_offset") == F.col("g_o")),
+            "left_semi",
+        )
+        .select("fingerprint")
+        .distinct()
+        .withColumn("covered", F.lit(True))
+    )
+    return changed, covered
 
 
 def compare_letters(
@@ -352,7 +411,7 @@ def misplaced_inputs(twin: TwinOutput) -> dict[str, int]:
 
     spec = twin.ref.spec()
     rows = twin.dead_letters.filter(F.col("category") == "wrong_partition").groupBy("topic").count().collect()
-    found = dict.fromkeys(spec.input_topics, 0)
+    found = dict.fromkeys(spec.input_topics, 0)  # (a global table's records are never checked)
     found.update({r["topic"]: int(r["count"]) for r in rows})
     return found
 
@@ -372,7 +431,8 @@ def reconcile(
     audit = audit_records(spark, connection, audit_topic or spec.audit_topic)
     module = kind_module(spec.kind.name)
     prone = module.late_prone(twin.records, spec) if hasattr(module, "late_prone") else None
-    results, by_partition, shown = compare_results(twin, audit, prone, examples)
+    others = module.global_alternatives(ref, twin.checked) if spec.is_global else None
+    results, by_partition, shown = compare_results(twin, audit, prone, examples, others)
     letters, letter_examples, handler_errors = compare_letters(
         twin, read_topic(spark, connection, spec.dead_letter_topic), examples
     )

@@ -164,7 +164,10 @@ class TopicBatchReader(DataSourceReader):
         return plan_spans(start, end, self.options.split)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SpanPartition)
+        if not isinstance(partition, SpanPartition):
+            # No span to read (every topic empty, e.g. a dead-letter topic with no letter):
+            # Spark then reads one partition of its own making, which holds nothing.
+            return
         yield from read_partition(self.options.connection, partition.span)
 
 
@@ -209,7 +212,10 @@ class _TopicStream(DataSourceStreamReader):
         return plan_spans(start, end, self.options.split)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SpanPartition)
+        if not isinstance(partition, SpanPartition):
+            # No span to read (every topic empty, e.g. a dead-letter topic with no letter):
+            # Spark then reads one partition of its own making, which holds nothing.
+            return
         yield from read_partition(self.options.connection, partition.span)
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -21,7 +21,15 @@ from the bottom: operators and records (pure), spec, kafka, state, runtime, web,
 
 from assignor.faust_adapter import TandemAssignor
 from tables._version import __version__
-from tables.api import JOIN_OPTION_DEFAULTS, JoinOptions, join, join_of_kind, join_table, runtime_of
+from tables.api import (
+    JOIN_OPTION_DEFAULTS,
+    JoinOptions,
+    join,
+    join_global,
+    join_of_kind,
+    join_table,
+    runtime_of,
+)
 from tables.operators.base import Event, JoinKind, Match, Operator, Side
 from tables.operators.kv import KV
 from tables.operators.meta import StateMeta
@@ -58,5 +66,6 @@ __all__ = [
     "join",
     "join_of_kind",
     "join_table",
+    "join_global",
     "runtime_of",
 ]

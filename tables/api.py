@@ -33,6 +33,7 @@ from tables.spec import (
     DEFAULT_MAX_FUTURE,
     DEFAULT_MAX_VALUE_BYTES,
     Duration,
+    GlobalKey,
     How,
     JoinDeclarationError,
     JoinInput,
@@ -41,8 +42,10 @@ from tables.spec import (
     as_input,
     check_spec,
     duration_ms,
+    global_kind_of,
     idle_ms_of,
     join_type_of,
+    lookup_validation,
     rekeyed,
     temporal_kind_of,
     window_of,
@@ -155,6 +158,49 @@ def join_table(
 
     kind = temporal_kind_of(how, grace, history)
     return join_of_kind(app, stream, table, kind, **options)
+
+
+def join_global(
+    app: AppT,
+    stream: TopicT | JoinInput,
+    table: TopicT,
+    *,
+    key: GlobalKey,
+    how: Literal["inner", "left"] = "inner",
+    **options: Unpack[JoinOptions],
+) -> Callable[[Handler], JoinSpec]:
+    """Declare a global-table join: each record of `stream` joined with the value `table`
+    holds **now**, when the record is joined, for a key computed from the record (Kafka
+    Streams' KStream-GlobalKTable join; docs/join-semantics.md, "Global tables").
+
+    Every worker holds the whole table (all its partitions) in its own RocksDB store, reads it
+    to its end before it joins its group, and keeps reading it while it runs. The table need
+    not be keyed or partitioned like the stream: no co-partitioning, no standbys.
+
+    - `stream`: an `app.topic(...)`, or `JoinInput(topic, timestamp=..., id=..., validate=...)`.
+    - `table`: an `app.topic(...)`: each record sets its key's value, a null value deletes it.
+      Its key type and serializer are how the lookup key is serialized.
+    - `key`: the lookup key, from the stream record's value: a field's name, or a function of
+      the value. A function that raises sends the record to the dead-letter topic with the
+      reason; None (a missing field, or returned) means no key: no partner.
+    - `how`: "inner" (no result without a table value) or "left" (the table value None).
+    - `options` (`JoinOptions`): as for `join`; `id` is the stream's record identity.
+
+    The handler is written as for `join_table`: `async for key, stream_value, table_value, ts
+    in results`, `key` the stream record's key, `ts` its time.
+    """
+
+    kind = global_kind_of(app, table, key, how)
+    given = stream if isinstance(stream, JoinInput) else JoinInput(stream)
+    checked = JoinInput(given.topic, given.timestamp, given.id, lookup_validation(kind, given.validate))
+    declare = join_of_kind(app, checked, table, kind, **options)
+
+    def register(handler: Handler) -> JoinSpec:
+        spec = declare(handler)
+        kind.decode = spec.codecs()["left"].value  # the stream value's bytes -> the app's value
+        return spec
+
+    return register
 
 
 class JoinOptions(TypedDict, total=False):

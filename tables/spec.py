@@ -16,6 +16,7 @@ from faust.models.record import Record
 from faust.types import AppT, TableT, TopicT
 
 from tables.operators.base import JoinKind, Side, null_key_sides
+from tables.operators.global_lookup import GlobalKind
 from tables.operators.temporal import TemporalKind
 from tables.operators.windowed import JoinType, JoinWindow
 from tables.records.codecs import IdSpec, SideCodec, TimestampSpec, Validate, record_fields
@@ -121,7 +122,17 @@ class JoinSpec:
         return f"{self.app.conf.id}-{self.name}-audit"
 
     @property
-    def input_topics(self) -> tuple[str, str]:
+    def is_global(self) -> bool:
+        """A global-table join: its table (the right input) is read whole by every worker, not
+        by the group's consumer (tables/operators/global_lookup.py)."""
+        return bool(getattr(self.kind, "is_global", False))
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        """The topics the group's consumer reads for this join: both inputs, or the stream
+        alone for a global-table join."""
+        if self.is_global:
+            return (self.left.name,)
         return self.left.name, self.right.name
 
     @property
@@ -288,6 +299,58 @@ def temporal_kind_of(how: str, grace: Duration | None, history: Duration | None)
     return TemporalKind(how, grace_ms, history_ms)
 
 
+# A global-table join's lookup key: a field of the stream value, or a function of the value.
+GlobalKey = str | Callable[[Any], Any]
+
+
+def global_kind_of(app: AppT, table: TopicT, key: GlobalKey, how: str) -> GlobalKind:
+    """A global-table join's parameters: `how` inner or left; `key`, a field name or a function
+    of the stream value, whose result is serialized as the table topic's keys are."""
+    if how not in ("inner", "left"):
+        raise JoinDeclarationError(f"how={how!r}: a global-table join is 'inner' or 'left'")
+    if isinstance(table, JoinInput) or not hasattr(table, "topics"):
+        raise JoinDeclarationError(
+            f"a global table is an app.topic(...), not {table!r} (its records' time and id are not used)"
+        )
+    if not (isinstance(key, str) and key) and not callable(key):
+        raise JoinDeclarationError(f"key={key!r}: name a field of the stream value, or give a function of it")
+    topic_name = JoinInput(table).name
+    serializer = table.key_serializer or app.conf.key_serializer  # type: ignore[attr-defined]
+    key_type = table.key_type
+    dumps = app.serializers.dumps_key
+
+    def lookup(value: Any) -> bytes | None:
+        found = (
+            (value.get(key) if isinstance(value, dict) else getattr(value, key, None))
+            if isinstance(key, str)
+            else key(value)
+        )
+        if found is None:
+            return None
+        dumped = dumps(key_type, found, serializer=serializer)
+        return None if dumped is None else bytes(dumped)
+
+    return GlobalKind(how, topic_name, lookup, key_field=key if isinstance(key, str) else None)
+
+
+def lookup_validation(kind: GlobalKind, validate: Validate | None) -> Validate:
+    """The stream's check of a global-table join: the input's own `validate`, then the lookup
+    key computed: a key function that raises sends the record to the dead letters, with why."""
+
+    def check(key: Any, value: Any) -> str | None:
+        if validate is not None:
+            reason = validate(key, value)
+            if reason:
+                return str(reason)
+        try:
+            kind.lookup(value)
+        except Exception as exc:
+            return f"the lookup key function raised {exc.__class__.__name__}: {str(exc)[:200]}"
+        return None
+
+    return check
+
+
 def as_input(value: TopicT | JoinInput, timestamp: TimestampSpec, id_: IdSpec) -> JoinInput:
     """A topic, or a JoinInput; join-wide `timestamp`/`id` apply where the input sets none."""
     if isinstance(value, JoinInput):
@@ -336,6 +399,12 @@ def _check_self_join(spec: JoinSpec) -> None:
             f"join {spec.name!r}: a self-join of {spec.left.name!r} is a windowed join: "
             "tables.join(app, t, t, within=...)"
         )
+    if spec.repartitions:  # its one topic would be read as two repartition topics
+        raise JoinDeclarationError(
+            f"join {spec.name!r}: a self-join of {spec.repartitions[0].source.name!r} cannot rekey its "
+            "input (key=): join a topic keyed by the join key with itself (rekey it with a join of "
+            "its own, or an agent)"
+        )
     options = ("timestamp", "id", "validate")
     differ = [o for o in options if getattr(spec.left, o) != getattr(spec.right, o)]
     if differ:
@@ -376,6 +445,8 @@ def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
     for side in (spec.left, spec.right):
         _check_field(spec.name, side, "timestamp", side.timestamp)
         _check_field(spec.name, side, "id", side.id)
+    if spec.is_global:
+        _check_field(spec.name, spec.left, "key", getattr(spec.kind, "key_field", None))
     if spec.kind.table_side == "right" and spec.right.id is not None:
         raise JoinDeclarationError(
             f"join {spec.name!r}: a table's records are its key's versions in offset order; it takes no "
@@ -387,7 +458,7 @@ def check_spec(spec: JoinSpec, others: Sequence[JoinSpec]) -> None:
     if left == right:
         _check_self_join(spec)
     counts = {t.get_topic_name(): t.partitions for t in (spec.left.topic, spec.right.topic) if t.partitions}
-    if len(set(counts.values())) > 1:
+    if len(set(counts.values())) > 1 and not spec.is_global:  # a global table is read whole
         raise JoinDeclarationError(
             f"join {spec.name!r}: its inputs must have one partition count, not {counts}"
         )

@@ -185,3 +185,17 @@ def test_the_source_reads_a_secured_cluster_with_a_client_config(
     assert sum(end for _, end in bounds.values()) == len(records)
     assert sorted(r["value"] for r in rows) == sorted(v for _, v in records)
     assert refusals == []
+
+
+@pytest.mark.spark
+def test_batch_read_of_an_empty_topic_is_empty(
+    spark: SparkSession, broker: EmbeddedBroker, unique: str
+) -> None:
+    """Nothing to plan (a dead-letter topic with no letter, as reconcile reads it): no rows,
+    not a failed Spark job."""
+    topic = f"empty-{unique}"
+    asyncio.run(create_topics(broker.bootstrap, [topic], 2))
+    frame = (
+        spark.read.format("tandem-topic").option("bootstrap", broker.bootstrap).option("topic", topic).load()
+    )
+    assert frame.count() == 0

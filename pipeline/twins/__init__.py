@@ -38,6 +38,7 @@ KINDS = {
     "windowed": "pipeline.twins.windowed",
     "temporal": "pipeline.twins.temporal",
     "self": "pipeline.twins.self_join",
+    "global": "pipeline.twins.global_lookup",
 }
 
 # Every record's fate (`status` of KindTwin.records): before the join (pipeline/checks.py) and in it.

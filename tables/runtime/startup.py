@@ -26,8 +26,9 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
     as the join needs it. Returns the join's partition count."""
     own = [spec.changelog_topic, spec.dead_letter_topic, *([spec.audit_topic] if spec.audit else [])]
     sources = spec.source_topics
+    global_table = [spec.right.name] if spec.is_global else []  # read whole: any partition count
     counts = await broker_partition_counts(
-        settings, {*spec.input_topics, *own, *spec.table_changelogs(), *sources}
+        settings, {*spec.input_topics, *own, *spec.table_changelogs(), *sources, *global_table}
     )
     missing_sources = [t for t in sources if t not in counts]
     if missing_sources:
@@ -48,6 +49,9 @@ async def prepare_topics(spec: JoinSpec, settings: Settings, create: bool = True
                 " (delete it, or give the join a new name)"
             )
     needed = join_topics(spec, partitions)
+    for table in global_table:
+        if table not in counts:  # created, or asked for, like a missing input
+            needed.append(Topic(table, int(spec.right.topic.partitions or spec.app.conf.topic_partitions)))
     if create:
         await _create_missing(spec, settings, needed, counts, inputs)
     else:
@@ -74,10 +78,11 @@ async def _create_missing(
 ) -> None:
     app = spec.app
     repartitions = {r.name for r in spec.repartitions}
+    inputs_and_table = {*spec.input_topics, spec.right.name}  # a global table: asked for like an input
     missing_inputs = [
         t.name
         for t in needed
-        if t.name in spec.input_topics and t.name not in inputs and t.name not in repartitions
+        if t.name in inputs_and_table and t.name not in counts and t.name not in repartitions
     ]
     if missing_inputs and not app.conf.topic_allow_declare:
         raise JoinStartupError(f"join {spec.name!r}: input topic(s) {missing_inputs} do not exist")

@@ -39,6 +39,7 @@ from tables.kafka.table_stores import guard_table_stores
 from tables.kafka.topics import topic_ids
 from tables.records.codecs import CHECK
 from tables.runtime.gcpacing import raise_gc_threshold
+from tables.runtime.global_table import GlobalTable, GlobalTableError
 from tables.runtime.looplag import LoopLag
 from tables.runtime.ports import ConsumerOffsets
 from tables.runtime.probing import Prober
@@ -65,7 +66,14 @@ log = logging.getLogger(__name__)
 
 OFFSETS_REFRESH_S = 2.0  # local offsets for the assignor
 # What stops a worker before it joins its group: each says what to change, in one line.
-STARTUP_ERRORS = (JoinStartupError, CopartitionError, DataDirError, StateFormatError, IncompatibleInternals)
+STARTUP_ERRORS = (
+    JoinStartupError,
+    CopartitionError,
+    DataDirError,
+    StateFormatError,
+    IncompatibleInternals,
+    GlobalTableError,
+)
 
 
 async def fatal_at_start(check: Callable[[], Awaitable[None]]) -> None:
@@ -103,6 +111,8 @@ class Runtime:
         self.faust_stores = FaustStoreGuard()  # the app's Faust table stores, checked as they open
         self.loop_lag = LoopLag()  # the event loop's stalls (the view, /metrics)
         self._loop_lag: asyncio.Task[None] | None = None
+        # Global tables by topic (one store and reader per topic, whatever joins look it up).
+        self.global_tables: dict[str, GlobalTable] = {}
 
     @property
     def data_dir(self) -> Path:
@@ -135,7 +145,8 @@ class Runtime:
             self.app, topics=[*spec.topics, *spec.table_changelogs()], changelog=spec.changelog_topic
         )
         for side in {spec.left.name: spec.left, spec.right.name: spec.right}.values():
-            subscribe(self.app, side.topic)  # what Faust's conductor holds, it subscribes to
+            if side.name in spec.input_topics:  # a global table is read by its own reader, not the group
+                subscribe(self.app, side.topic)  # what Faust's conductor holds, it subscribes to
 
     def _install(self) -> None:
         # The connection before anything connects (the app's first start, before its services);
@@ -267,7 +278,29 @@ class Runtime:
         for rekeyer in self.rekeyers:
             rekeyer.partitions = self.tasks[rekeyer.spec.name].partitions
         await self._learn_table_changelog_ids()
+        await self._restore_global_tables()
         self.refresh_offsets()
+
+    async def _restore_global_tables(self) -> None:
+        """Every global table read to its end before the worker joins its group (its stream
+        partitions join only with the whole table), then followed while the worker runs."""
+        for task in self.tasks.values():
+            spec = task.spec
+            if not spec.is_global:
+                continue
+            table = self.global_tables.get(spec.right.name)
+            if table is None:
+                table = self.global_tables[spec.right.name] = GlobalTable(
+                    spec.right.name,
+                    self.data_dir,
+                    app_settings(self.app, "global"),
+                    stall_timeout_s=self.settings.restore_stall_s,
+                    sync=self.settings.sync_writes,
+                )
+            spec.kind.table = table  # type: ignore[attr-defined]
+        for table in self.global_tables.values():
+            await table.restore()
+            table.follow(self.crash)
 
     def _state_dirs(self) -> list[Path]:
         """Where this worker keeps state: Faust's data dir (its tables), and Tandem's join dir
@@ -333,6 +366,8 @@ class Runtime:
                     await background
         for task in self.tasks.values():
             await task.stop()
+        for table in self.global_tables.values():
+            await table.stop()
 
     # -- local state --------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import Any
 import faust
 
 from tables.api import runtime_of
-from tables.kafka.topics import create_topics
+from tables.kafka.topics import Topic, create_topics
 from tables.runtime.startup import join_topics
 from tables.spec import JoinSpec
 from tables.testing.broker import EmbeddedBroker, embedded_env, free_port
@@ -159,6 +159,9 @@ class LocalCluster:
             topics = join_topics(spec, int(count))
             # A rekeyed input's source topic: its own declared count, else the join's.
             sources = {r.source.name: r.source.topic.partitions or int(count) for r in spec.repartitions}
+            if spec.is_global:  # a global table keeps its own partition count
+                table = spec.right.topic.partitions or spec.app.conf.topic_partitions
+                topics.append(Topic(spec.right.name, int(table)))
             await create_topics(
                 self.bootstrap,
                 {**sources, **{t.name: t.partitions for t in topics}},

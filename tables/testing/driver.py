@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
+from aiokafka import TopicPartition
 from faust.tables.base import Collection
 from faust.types import TP, AppT, TopicT
 
@@ -48,6 +49,7 @@ from tables.kafka.handler_sends import collect_handler_sends
 from tables.operators.base import Match, Side
 from tables.records.codecs import MAX_TS_MS, timestamp_ms
 from tables.records.partitioners import partition_for
+from tables.runtime.global_table import VALUE, GlobalTable
 from tables.runtime.rekeyer import Rekeyer
 from tables.runtime.results import JoinResult, Serializers
 from tables.runtime.stats import JoinStats
@@ -146,7 +148,9 @@ class JoinTestDriver:
         spec = join if isinstance(join, JoinSpec) else _find(app, join)
         self.spec = spec
         self.app: AppT = spec.app
-        declared = [s.topic.partitions for s in (spec.left, spec.right) if s.topic.partitions]
+        # A global table keeps its own partition count: the join's is its stream's.
+        sides = (spec.left,) if spec.is_global else (spec.left, spec.right)
+        declared = [s.topic.partitions for s in sides if s.topic.partitions]
         self.partitions = int(partitions or (declared[0] if declared else self.app.conf.topic_partitions))
         self.log = MemoryLog(self.partitions)
         self.inputs = MemoryInputs()
@@ -168,6 +172,8 @@ class JoinTestDriver:
         self._task: JoinTask | None = None
         self._batching = False
         self._clock_s = 0.0  # the wall clock the join's `idle` option reads (`idle()` moves it)
+        self._global: GlobalTable | None = None  # a global-table join's table (the worker's store)
+        self._global_records: list[tuple[int, MemoryRecord]] = []  # what the table topic holds
 
     # -- the context -----------------------------------------------------------------------
 
@@ -187,6 +193,7 @@ class JoinTestDriver:
         for name in (self.spec.changelog_topic, self.spec.dead_letter_topic):
             self.log.counts[name] = self.partitions
         self._worker = _MemoryWorker(self._serializers, self.log, self.inputs, self._producer)
+        self._open_global_table()
         await self._start_task()
         for repartition in self.spec.repartitions:
             self.log.counts[repartition.name] = self.partitions
@@ -204,9 +211,27 @@ class JoinTestDriver:
         for table, data in self._saved_tables:
             table._data = data
         self._saved_tables = []
+        if self._global is not None:
+            await self._global.stop()
+            self._global = None
         if self._worker is not None:
             self._worker.remove_files()
             self._worker = None
+
+    def _open_global_table(self) -> None:
+        """A global-table join's table: the worker's own store in the driver's directory, read
+        from what the table topic holds (every record sent to it so far), as a worker starting
+        on these files does before it joins its group."""
+        if not self.spec.is_global:
+            return
+        assert self._worker is not None
+        table = self._global = GlobalTable(self.spec.right.name, self._worker.data_dir, {})
+        table.open()
+        for partition, record in self._global_records:
+            if record.offset >= table.next_offsets.get(partition, 0):
+                table.apply({TopicPartition(table.topic, partition): [record]})
+        table.restored = True
+        self.spec.kind.table = table  # type: ignore[attr-defined]
 
     def _use_memory_tables(self) -> None:
         """Each Faust table the join updates gets a new, empty store in memory for this driver,
@@ -264,6 +289,9 @@ class JoinTestDriver:
             readable = [*self._rekeyers, *(s for s in self._sides if s not in self._repartitioned())]
             raise ValueError(f"join {self.spec.name!r} reads {readable}, not {name!r}")
         raw_key, raw_value = (key, value) if raw else self._serialize(name, key, value)
+        if self.spec.is_global and name == self.spec.right.name:
+            self._send_to_global_table(raw_key, raw_value, _millis(timestamp), partition or 0, offset)
+            return
         if partition is None:
             partition = self._partition(raw_key, name)
         if offset is None:
@@ -291,6 +319,33 @@ class JoinTestDriver:
         for p, start in before.items():
             for copied in log.get((rekeyer.target, p), [])[start:]:
                 self.inputs.append(TP(rekeyer.target, p), copied)
+
+    def _send_to_global_table(
+        self, key: bytes | None, value: bytes | None, timestamp: int, partition: int, offset: int | None
+    ) -> None:
+        """A record of a global-table join's table: in every worker's copy at once (the reader
+        of a worker that has caught up), before any stream record sent after it is joined."""
+        if offset is None:
+            offset = self._offsets.get((self.spec.right.name, partition), 0)
+        self._offsets[(self.spec.right.name, partition)] = max(
+            self._offsets.get((self.spec.right.name, partition), 0), offset + 1
+        )
+        record = MemoryRecord(key, value, timestamp, [], offset)
+        self._global_records.append((partition, record))
+        table = self._global
+        assert table is not None, "start the driver first (async with JoinTestDriver(...))"
+        table.apply({TopicPartition(table.topic, partition): [record]})
+
+    def global_table(self) -> dict[Any, Any]:
+        """A global-table join's table as this worker holds it now, decoded (key -> value)."""
+        table = self._global
+        if table is None or table.store is None:
+            raise ValueError(f"join {self.spec.name!r} has no global table")
+        right = self._codecs["right"]
+        return {
+            right.key(key[len(VALUE) :]): right.value(value)
+            for key, value in table.store.scan(VALUE, VALUE + b"\xff")
+        }
 
     @contextlib.asynccontextmanager
     async def batched(self) -> AsyncIterator[None]:
@@ -349,7 +404,10 @@ class JoinTestDriver:
         await self._running().stop()
         self._task = None
         assert self._worker is not None
+        if self._global is not None:  # its files go too: read again from the table topic
+            await self._global.stop()
         self._worker.remove_files()
+        self._open_global_table()
         await self._start_task()
 
     # -- what came out ---------------------------------------------------------------------------

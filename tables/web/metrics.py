@@ -196,6 +196,27 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("join",),
         "Bytes the windowed join's index holds in memory (an estimate; in RocksDB: its read-ahead)",
     ),
+    "tandem_global_table_restored": (
+        "gauge",
+        ("table",),
+        "1 once the worker holds the global table read to its end as found at its start",
+    ),
+    "tandem_global_table_restore_progress": (
+        "gauge",
+        ("table",),
+        "How much of the global table's restore is done, 0 to 1",
+    ),
+    "tandem_global_table_lag": (
+        "gauge",
+        ("table",),
+        "Records of the global table's topic this worker has not read yet, over its partitions",
+    ),
+    "tandem_global_table_entries": ("gauge", ("table",), "Keys the worker's copy of the global table holds"),
+    "tandem_global_table_bytes": (
+        "gauge",
+        ("table",),
+        "Bytes of the keys and values of the worker's copy of the global table (in RocksDB)",
+    ),
     "tandem_event_loop_stall_seconds": (
         "gauge",
         (),
@@ -317,11 +338,19 @@ def _collect_worker(f: _Families, runtime: Runtime) -> None:
         f.add("tandem_group_plan_seconds", [], stats.plan_ms / 1000)
     for name, task in sorted(runtime.tasks.items()):
         _collect_join(f, name, task, runtime.data_dir / name)
+    for topic, table in sorted(runtime.global_tables.items()):
+        status = table.status()
+        f.add("tandem_global_table_restored", [topic], float(status["restored"]))
+        f.add("tandem_global_table_restore_progress", [topic], status["restore_progress"])
+        if status["lag"] is not None:
+            f.add("tandem_global_table_lag", [topic], status["lag"])
+        f.add("tandem_global_table_entries", [topic], status["entries"])
+        f.add("tandem_global_table_bytes", [topic], status["bytes"])
 
 
 def _collect_join(f: _Families, name: str, task: JoinTask, state_dir: Path) -> None:
     spec, stats, state = task.spec, task.stats, task.state
-    left, right = spec.input_topics
+    left, right = spec.left.name, spec.right.name
     f.add("tandem_join_info", [name, left, right, spec.changelog_topic, spec.kind.how], 1)
     for side in ("left", "right"):
         f.add("tandem_records_read", [name, side], stats.read[side])

@@ -51,6 +51,8 @@ def worker_view(app: AppT, runtime: Runtime) -> dict[str, Any]:
         "rebalance_protocol": _rebalance_protocol(assignor),
         "probing_rebalances_asked": runtime.prober.probes,
         "joins": {name: join_view(task) for name, task in sorted(runtime.tasks.items())},
+        # Global tables this worker holds whole: restore progress, the reader's lag, entries.
+        "global_tables": {topic: table.status() for topic, table in sorted(runtime.global_tables.items())},
         # Stores found damaged and set aside (then restored), per reason, since the process started.
         "damaged_stores": damage_counts(),
         # The app's Faust table stores set aside (then rebuilt by Faust), per table and reason,
