@@ -9,7 +9,9 @@ Expected: the twin's results are those of a reference written from docs/join-sem
 ("Self-joins"): every ordered pair (click, an earlier click of its user within 30 minutes),
 never a click with itself, and every click with no such earlier click alone; the stream's
 audit has each of them (nothing missing or spurious, copies only from the at-least-once
-window), the dead letters alike, and the counters as sent. Run with `-s` to see the report.
+window), the dead letters alike, and the counters as sent; the Faust table of sessions per
+user (read through the example's routed page) at least the reference's count, and above it
+only by results handed over again. Run with `-s` to see the report.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import random
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +133,24 @@ def _covered(workers: list[WorkerProcess]) -> bool:
     return pipeline_e2e.covered(workers, "steps", PARTITIONS)
 
 
+def _sessions(worker: WorkerProcess, users: dict[str, int]) -> dict[str, int]:
+    """Each user's sessions started (the example's page), or {} while a worker cannot answer."""
+    found = {}
+    for user in users:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{worker.port}/sessions/{user}/", timeout=10
+            ) as reply:
+                found[user] = int(json.loads(reply.read())["sessions"])
+        except OSError:
+            return {}
+    return found
+
+
+def _all_counted(found: dict[str, int], expected: dict[str, int]) -> bool:
+    return set(found) == set(expected) and all(found[u] >= n for u, n in expected.items())
+
+
 def _results(worker: WorkerProcess) -> int:
     view = worker.view()
     return int(view["joins"]["steps"]["results"]) if view else 0
@@ -198,6 +219,12 @@ def test_sessions_stream_reconciles_with_its_twin_after_a_kill(spark: SparkSessi
             assert wait_for(lambda: drained(broker.bootstrap, workers), 120), "the stream lags"
             assert wait_for(lambda: _covered(workers), 60)
 
+            # Each user's sessions started, asked of one worker (Faust routes to the table's owner).
+            by_user = {
+                f"u{u}": sum(1 for c in expected["starts"] if c.startswith(f"u{u}-")) for u in range(USERS)
+            }
+            assert wait_for(lambda: _all_counted(_sessions(workers[1], by_user), by_user), 60)
+            started = _sessions(workers[1], by_user)
             common = ["--app", "examples.sessions", "--bootstrap", broker.bootstrap, "--master", "local[2]"]
             twin_out, steps_out = tmp_path / "twin.json", tmp_path / "steps"
             assert join_command.main([*common, "--json", str(twin_out), "--out", str(steps_out)]) == 0
@@ -234,3 +261,6 @@ def test_sessions_stream_reconciles_with_its_twin_after_a_kill(spark: SparkSessi
     assert counters["twin"] == {"late": len(late), "duplicates": expected["duplicates"]}
     assert counters["stream"] == counters["twin"]  # re-reads after the kill are skipped, not counted
     assert sum(twin_counts["input"]["null_value"].values()) == expected["null_values"]
+    # The table, at least once: a count above the reference only by a result handed over again.
+    assert set(started) == set(by_user)
+    assert sum(started.values()) - len(starts) <= results["redelivered"], (started, by_user)
