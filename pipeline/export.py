@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = session(args.master, "tandem-export", args.shuffle_partitions)
     with progress(spark, "export"):
         count = export(spark, spec, connection, str(args.out), args.split)
-    print(f"export: {count:,} records of {', '.join(spec.input_topics)} to {args.out} in "
+    print(f"export: {count:,} records of {', '.join(spec.topics)} to {args.out} in "
           f"{time.monotonic() - began:.1f} s")  # fmt: skip
     return 0
 

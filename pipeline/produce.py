@@ -176,14 +176,14 @@ async def produce(
     given; returns how many."""
     connection = connection_of(target)
     count = partitions or declared_partitions(spec)
-    await ensure_topics(connection, spec.input_topics, count)
-    chosen = {t: spec.partitioner for t in spec.input_topics} | (partitioners or {})
+    await ensure_topics(connection, spec.topics, count)  # a self-join's topic once
+    chosen = {t: spec.partitioner for t in spec.topics} | (partitioners or {})
     placed = place(records, count, chosen)
     producer = clients.producer(connection.settings(), linger_ms=5, acks="all", max_request_size=4 << 20)
     await producer.start()
     began = time.monotonic()
     try:
-        for topic in spec.input_topics:
+        for topic in spec.topics:
             found = len(await producer.partitions_for(topic))
             if found != count:
                 raise SystemExit(f"topic {topic} has {found} partitions, the join's input {count}")
@@ -245,14 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     partitions = args.partitions or (
         read_meta(str(args.input)).get("partitions") if args.input.is_dir() else None
     )
-    overrides = {getattr(spec, s).name: getattr(args, f"{s}_partitioner") for s in ("left", "right")}
+    # Only the partitioners given: a self-join's two sides are one topic.
+    sides = [(getattr(spec, s).name, getattr(args, f"{s}_partitioner")) for s in ("left", "right")]
+    overrides = {topic: partitioner for topic, partitioner in sides if partitioner}
     began = time.monotonic()
-    count = asyncio.run(
-        produce(
-            connection, spec, records, partitions, {t: p for t, p in overrides.items() if p}, rate=args.rate
-        )
-    )
-    print(f"produce: {count:,} records to {', '.join(spec.input_topics)} in {time.monotonic() - began:.1f} s")
+    count = asyncio.run(produce(connection, spec, records, partitions, overrides, rate=args.rate))
+    print(f"produce: {count:,} records to {', '.join(spec.topics)} in {time.monotonic() - began:.1f} s")
     return 0
 
 

@@ -96,3 +96,21 @@ def test_an_export_gives_the_twin_what_the_topics_give(spark: SparkSession, tmp_
     assert counts["dead_letters"] == {"undecodable": 1, "wrong_partition": 1}
     assert sum(counts["input"]["null_value"].values()) == 1
     from_export.unpersist()
+
+
+def test_a_self_joins_topic_is_created_once_and_placed_by_the_partitioner_given(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A self-join reads one topic in both roles: produce creates it once (not twice in one
+    request, which Kafka refuses) and `--left-partitioner` places its records (a right
+    side's default must not undo it: it is the same topic)."""
+    ref = JoinRef("tests.apps.twin_joins", "self-left-int")
+    source = tmp_path / "clicks.jsonl"
+    rows = [{"side": "left", "key": i, "value": {"id": f"c{i}", "ts": 100 + i}} for i in range(40)]
+    source.write_text("\n".join(json.dumps(r) for r in rows))
+    assert produce.main(["--app", ref.app, "--join", ref.join, "--input", str(source),
+                         "--bootstrap", broker.bootstrap, "--left-partitioner", "crc32"]) == 0  # fmt: skip
+    found = asyncio.run(read_records(broker.bootstrap, ref.spec().left.name, PARTITIONS))
+    assert len(found) == 40
+    assert all(r.partition == partition_for(r.key, PARTITIONS, "crc32") for r in found)
+    assert any(partition_for(r.key, PARTITIONS, "murmur2") != r.partition for r in found)  # a real test
