@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,26 @@ def join_loop(request: pytest.FixtureRequest) -> Iterator[str]:
     operator.LOOP.use(request.param == "compiled")
     yield request.param
     operator.LOOP.use(was)
+
+
+WINDOW_INDEXES = ("memory", "spilling", "rocksdb")
+
+
+@pytest.fixture(params=WINDOW_INDEXES)
+def window_join(request: pytest.FixtureRequest) -> Any:
+    """A maker of the windowed join with each index (TANDEM_WINDOW_INDEX): in memory; budgeted
+    with a budget of 0 bytes, so that it spills to the state after its first call (in memory
+    for that call, in RocksDB's layout from the next: a spill mid-stream); in the state."""
+    from tables.operators.budgeted_window import BudgetedJoin, IndexBudget
+    from tables.operators.stored_window import StoredIndexJoin
+    from tables.operators.windowed import WindowedJoin
+
+    def make(state: Any, window: Any, join_type: Any, ids: bool = False) -> Any:
+        if request.param == "memory":
+            return WindowedJoin(state, window, join_type, ids)
+        if request.param == "rocksdb":
+            return StoredIndexJoin(state, window, join_type, ids, filter_bytes=64)
+        return BudgetedJoin(state, window, join_type, ids, IndexBudget(0), filter_bytes=64)
+
+    make.mode = request.param  # type: ignore[attr-defined]
+    return make
