@@ -22,9 +22,11 @@ budget once does not keep a worker in the slow mode for good.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import itertools
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from tables.operators import keys
 from tables.operators.base import Event, Match, Side
@@ -225,6 +227,30 @@ class BudgetedJoin:
             self._number = None
         self.budget.spills += 1
         del memory  # the last reference to the in-memory index: freed here
+        release_freed_memory()
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, where the C library has it (not musl, not macOS)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Hand what the C allocator holds free back to the OS (glibc's malloc_trim): the freed
+    index's lists and queues were malloc'd, and glibc keeps freed memory in its heaps, so a
+    spill would not lower the worker's RSS (measured: ~100 MB kept at 1M live records)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _scan_records(state: KV) -> None:
