@@ -12,7 +12,8 @@ busy machine slows them alike:
   per-record loop in Cython, over the same index in memory);
 - `pure Python`: the same join's Python loop (`TANDEM_PURE_PYTHON=1`, or no extension);
 - `index in RocksDB`: `TANDEM_WINDOW_INDEX=rocksdb` (tables/operators/stored_window.py: a time
-  index and an id index stored with the records, partners read by a range scan of the state);
+  index and an id index stored with the records, partners read by a range scan of the state),
+  its Python loop; `index in RocksDB, compiled`: its compiled loop (_fastwindow.pyx);
 - `budget (default)`: the default, `TANDEM_WINDOW_INDEX=budget` (tables/operators/budgeted_window.py)
   with its default budget, which these records fit: the compiled join behind the budget's wrapper;
 - `budget, spilled`: the same with a budget of 0 MB, spilled to RocksDB after the first batch.
@@ -42,6 +43,7 @@ from pathlib import Path
 import orjson
 
 from app.traffic import ad_events
+from tables.operators import stored_window
 from tables.operators import windowed as operator_module
 from tables.operators.budgeted_window import IndexBudget
 from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
@@ -60,6 +62,7 @@ PATHS: dict[str, tuple[str, bool, float | None]] = {
     "compiled": ("memory", True, None),
     "budget (default)": ("budget", True, None),
     "pure Python": ("memory", False, None),
+    "index in RocksDB, compiled": ("rocksdb", True, None),
     "index in RocksDB": ("rocksdb", False, None),
     "budget, spilled": ("budget", True, 0.0),
 }
@@ -147,22 +150,27 @@ def main() -> None:
         run("memory", records, profile=True)
         return
     paths = dict(PATHS)
-    if not operator_module.LOOP.active:
-        print("tables.operators._fastjoin is not built (or TANDEM_PURE_PYTHON=1): no `compiled` row\n")
+    if not (operator_module.LOOP.active and stored_window.STORED_LOOP.active):
+        print(
+            "tables.operators._fastjoin or _fastwindow is not built (or TANDEM_PURE_PYTHON=1): "
+            "no compiled rows\n"
+        )
         paths = {name: path for name, path in paths.items() if not path[1]}
     spent: dict[str, list[float]] = {name: [] for name in paths}
     in_operator: dict[str, list[float]] = {name: [] for name in paths}
     results: dict[str, int] = {}
-    was = operator_module.LOOP.active
+    was = operator_module.LOOP.active, stored_window.STORED_LOOP.active
     try:
         for _ in range(args.rounds):
             for name, (index, compiled, budget_mb) in paths.items():
                 operator_module.LOOP.use(compiled)
+                stored_window.STORED_LOOP.use(compiled)
                 seconds, operator, results[name] = run(index, records, budget_mb=budget_mb)
                 spent[name].append(seconds / len(records) * 1e6)
                 in_operator[name].append(operator / len(records) * 1e6)
     finally:
-        operator_module.LOOP.use(was)
+        operator_module.LOOP.use(was[0])
+        stored_window.STORED_LOOP.use(was[1])
     if len(set(results.values())) != 1:
         raise SystemExit(f"the paths disagree: {results}")
     print(f"{len(records):,} records, {results['pure Python']:,} results, median of {args.rounds} rounds\n")

@@ -26,18 +26,24 @@ def unique() -> str:
 
 @pytest.fixture(scope="module", params=["compiled", "python"])
 def join_loop(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The module's tests once with each loop of WindowedJoin.process_many: compiled
-    (tables/operators/_fastjoin.pyx) and pure Python (`pytestmark = pytest.mark.usefixtures("join_loop")`)."""
+    """The module's tests once with each loop of WindowedJoin.process_many and of
+    StoredIndexJoin.process_many: compiled (tables/operators/_fastjoin.pyx, _fastwindow.pyx) and
+    pure Python (`pytestmark = pytest.mark.usefixtures("join_loop")`)."""
+    from tables.operators import stored_window
     from tables.operators import windowed as operator
 
-    if request.param == "compiled" and operator.LOOP.built is None:
+    loops = (operator.LOOP, stored_window.STORED_LOOP)
+    if request.param == "compiled" and any(loop.built is None for loop in loops):
         pytest.skip(
-            "tables.operators._fastjoin is not built (setup.py build_ext --inplace), or TANDEM_PURE_PYTHON=1"
+            "tables.operators._fastjoin or _fastwindow is not built (setup.py build_ext --inplace), "
+            "or TANDEM_PURE_PYTHON=1"
         )
-    was = operator.LOOP.active
-    operator.LOOP.use(request.param == "compiled")
+    was = [loop.active for loop in loops]
+    for loop in loops:
+        loop.use(request.param == "compiled")
     yield request.param
-    operator.LOOP.use(was)
+    for loop, active in zip(loops, was, strict=True):
+        loop.use(active)
 
 
 WINDOW_INDEXES = ("memory", "spilling", "rocksdb")
