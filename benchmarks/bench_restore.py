@@ -19,6 +19,7 @@ busy machine slows them alike:
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import tempfile
 import time
@@ -64,6 +65,7 @@ def kind_of(index: str, budget_mb: float | None) -> WindowedKind:
 def restore(kind: WindowedKind, path: Path, changelog: Changelog) -> tuple[float, float, int]:
     """(CPU seconds of the restore, of the operator made over the files after, live records)."""
     clock = time.process_time
+    gc.collect()  # each measure starts with no garbage of the previous one (its collections are its own)
     start = clock()
     part = StatePartition(open_store(path), kind, "active", True)
     for fetched in range(0, len(changelog), FETCH):
@@ -76,6 +78,8 @@ def restore(kind: WindowedKind, path: Path, changelog: Changelog) -> tuple[float
         part.write(min(fetched + FETCH, len(changelog)))
     restored = clock() - start
     part.store.close()
+    del part
+    gc.collect()
     start = clock()
     promoted = StatePartition(open_store(path), kind, "active", True)
     made = clock() - start

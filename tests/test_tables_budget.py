@@ -248,9 +248,9 @@ def test_the_budget_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.delenv("TANDEM_WINDOW_INDEX", raising=False)
     monkeypatch.delenv("TANDEM_WINDOW_INDEX_BUDGET_MB", raising=False)
     kind = WindowedKind(window, JoinType.INNER)
-    assert kind.index == "budget" and kind.budget.limit == 128 << 20
+    assert kind.index == "budget" and kind.budget.limit == 32 << 20
     assert type(kind.operator(MemoryKV(), False)) is BudgetedJoin
-    assert kind.describe()["window_index_budget_mb"] == 128
+    assert kind.describe()["window_index_budget_mb"] == 32
     assert WindowedKind(window, JoinType.LEFT).budget is kind.budget  # one per process
     monkeypatch.setenv("TANDEM_WINDOW_INDEX_BUDGET_MB", "0.5")
     assert index_budget_from_env().limit == 1 << 19

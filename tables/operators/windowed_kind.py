@@ -51,13 +51,13 @@ def filter_bytes_from_env() -> int:
 
 
 BUDGET_MB_ENV = "TANDEM_WINDOW_INDEX_BUDGET_MB"
-DEFAULT_BUDGET_MB = 128.0
+DEFAULT_BUDGET_MB = 32.0
 _BUDGETS: dict[int, IndexBudget] = {}
 
 
 def index_budget_from_env() -> IndexBudget:
     """The budget of the process's in-memory window indexes (TANDEM_WINDOW_INDEX_BUDGET_MB,
-    128 by default; 0: every index in the state from its first record), one for every join
+    32 by default; 0: every index in the state from its first record), one for every join
     and partition of the process that reads the same setting."""
     raw = os.environ.get(BUDGET_MB_ENV, "").strip()
     try:
