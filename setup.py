@@ -1,5 +1,6 @@
 """Build of the optional C extensions (Cython; everything else is in pyproject.toml):
-`tables.operators._fastjoin`, the join's per-record loop (docs/tables.md, "The compiled loop"), and
+`tables.operators._fastjoin`, the join's per-record loop (docs/tables.md, "The compiled loop"),
+`tables.operators._fastwindow`, the same with the join's index in RocksDB, and
 `tables.records._fastcheck`, its per-input-record check (docs/tables.md, "The compiled check").
 
 Optional: without a C compiler or Python's headers the build warns and the package
@@ -18,13 +19,15 @@ try:
     from Cython.Build import cythonize
 except ImportError:
     warnings.warn(
-        "Cython is not installed: tables.operators._fastjoin and _fastcheck are not built", stacklevel=1
+        "Cython is not installed: tables.operators._fastjoin, _fastwindow and _fastcheck are not built",
+        stacklevel=1,
     )
     extensions = []
 else:
     extensions = cythonize(
         [
             Extension("tables.operators._fastjoin", ["tables/operators/_fastjoin.pyx"]),
+            Extension("tables.operators._fastwindow", ["tables/operators/_fastwindow.pyx"]),
             Extension("tables.records._fastcheck", ["tables/records/_fastcheck.pyx"]),
         ],
         compiler_directives={"language_level": "3"},

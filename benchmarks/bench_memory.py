@@ -3,15 +3,17 @@
 within the join's window, so that every one of them is held (none has expired, none matched).
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_memory --live 1000000,10000000
-    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_memory --live 1000000 --window-index rocksdb
+    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_memory --live 1000000 --window-index memory
 
 For each N: the impressions on the embedded broker (4 partitions, N over five minutes of
 event time, keyed by auction id), one worker from an empty state until it has read
 them all; its peak RSS (VmHWM) and its RSS then, and the join's view (records read, late,
 duplicates, the window index's entries and memory). The in-memory index of live records
-(tables/operators/window_index.py) is the part that grows with N; with `--window-index rocksdb`
-(TANDEM_WINDOW_INDEX) it is kept in the state, and RocksDB's memory is bounded by its shared
-cache and memtable budget.
+(tables/operators/window_index.py) is the part that grows with N: by default (`budget`,
+TANDEM_WINDOW_INDEX) it stays in memory within TANDEM_WINDOW_INDEX_BUDGET_MB (`--budget-mb`)
+and moves to the state beyond it; with `--window-index rocksdb` it is kept in the state from
+the start, with `memory` always in memory. In the state, RocksDB's memory is bounded by its
+shared cache and memtable budget.
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ async def load(bootstrap: str, topic: str, count: int) -> None:
         await producer.stop()
 
 
-async def measure(live: int, timeout: float, window_index: str = "memory") -> dict[str, Any]:
+async def measure(
+    live: int, timeout: float, window_index: str = "budget", budget_mb: float | None = None
+) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp,
         EmbeddedBroker(log_dir=Path(tmp) / "broker") as broker,
@@ -83,7 +87,8 @@ async def measure(live: int, timeout: float, window_index: str = "memory") -> di
         worker = WorkerProcess(
             "tandem", "host-1", "rack-1", broker.bootstrap, settings.app_id, Path(tmp),
             standby_replicas=0, partitions=PARTITIONS, topic_prefix=settings.topic_prefix,
-            extra_env={"TANDEM_WINDOW_INDEX": window_index},
+            extra_env={"TANDEM_WINDOW_INDEX": window_index}
+            | ({} if budget_mb is None else {"TANDEM_WINDOW_INDEX_BUDGET_MB": str(budget_mb)}),
         ).start()  # fmt: skip
         started = time.monotonic()
         try:
@@ -112,20 +117,27 @@ def main() -> None:
     parser.add_argument("--live", default="1000000", help="comma-separated counts of live records")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument(
-        "--window-index", default="memory", choices=("memory", "rocksdb"), help="TANDEM_WINDOW_INDEX"
+        "--window-index",
+        default="budget",
+        choices=("budget", "memory", "rocksdb"),
+        help="TANDEM_WINDOW_INDEX",
     )
+    parser.add_argument("--budget-mb", type=float, default=None, help="TANDEM_WINDOW_INDEX_BUDGET_MB")
     args = parser.parse_args()
     print(
         "| window index | records live in the window | peak RSS MB | RSS at the end MB | peak RSS per record "
         "| index entries | index in memory MB | seconds | CPU s | load |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    label = args.window_index
+    if args.window_index == "budget":
+        label += f" ({args.budget_mb:g} MB)" if args.budget_mb is not None else " (default)"
     for live in (int(n) for n in args.live.split(",")):
-        run = asyncio.run(measure(live, args.timeout, args.window_index))
+        run = asyncio.run(measure(live, args.timeout, args.window_index, args.budget_mb))
         assert run["late"] == 0 and run["duplicates"] == 0, run
         index, peak_mb, end_mb = run["index"], run["peak_rss_kb"] / 1024, run["rss_kb"] / 1024
         print(
-            f"| {args.window_index} | {live:,} | {peak_mb:,.0f} | {end_mb:,.0f} | "
+            f"| {label} | {live:,} | {peak_mb:,.0f} | {end_mb:,.0f} | "
             f"{run['peak_rss_kb'] * 1024 / live:,.0f} B | {index.get('entries', 0):,} | "
             f"{index.get('bytes', 0) / 1e6:,.1f} | {run['seconds']:,.0f} | {run['cpu_s']:,.0f} | "
             f"{run['load']:.2f} |",

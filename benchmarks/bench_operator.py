@@ -12,7 +12,11 @@ busy machine slows them alike:
   per-record loop in Cython, over the same index in memory);
 - `pure Python`: the same join's Python loop (`TANDEM_PURE_PYTHON=1`, or no extension);
 - `index in RocksDB`: `TANDEM_WINDOW_INDEX=rocksdb` (tables/operators/stored_window.py: a time
-  index and an id index stored with the records, partners read by a range scan of the state).
+  index and an id index stored with the records, partners read by a range scan of the state),
+  its Python loop; `index in RocksDB, compiled`: its compiled loop (_fastwindow.pyx);
+- `budget (default)`: the default, `TANDEM_WINDOW_INDEX=budget` (tables/operators/budgeted_window.py)
+  with its default budget, which these records fit: the compiled join behind the budget's wrapper;
+- `budget, spilled`: the same with a budget of 0 MB, spilled to RocksDB after the first batch.
 
 Reports the median CPU time (process_time: RocksDB's threads included) per record: in all
 (operator and commit) and in the operator alone (`process_many`, or `process` per record
@@ -39,9 +43,11 @@ from pathlib import Path
 import orjson
 
 from app.traffic import ad_events
+from tables.operators import stored_window
 from tables.operators import windowed as operator_module
+from tables.operators.budgeted_window import IndexBudget
 from tables.operators.windowed import JoinType, JoinWindow, WindowedJoin
-from tables.operators.windowed_kind import WindowedKind
+from tables.operators.windowed_kind import WindowedKind, index_budget_from_env
 from tables.state.partition import StatePartition
 from tables.state.store import open_store
 
@@ -50,11 +56,15 @@ WINDOW = JoinWindow(before=0, after=600_000, grace=60_000)
 Event = tuple[str, bytes, int, bytes, bytes]
 
 
-# name: (where the join keeps its index, compiled loop on); the first is left out when it is not built.
-PATHS: dict[str, tuple[str, bool]] = {
-    "compiled": ("memory", True),
-    "pure Python": ("memory", False),
-    "index in RocksDB": ("rocksdb", False),
+# name: (where the join keeps its index, compiled loop on, its budget in MB: None for the
+# default); those with the compiled loop are left out when it is not built.
+PATHS: dict[str, tuple[str, bool, float | None]] = {
+    "compiled": ("memory", True, None),
+    "budget (default)": ("budget", True, None),
+    "pure Python": ("memory", False, None),
+    "index in RocksDB, compiled": ("rocksdb", True, None),
+    "index in RocksDB": ("rocksdb", False, None),
+    "budget, spilled": ("budget", True, 0.0),
 }
 
 
@@ -65,12 +75,15 @@ def events(impressions: int) -> list[Event]:
     ]
 
 
-def run(index: str, records: list[Event], profile: bool = False) -> tuple[float, float, int]:
+def run(
+    index: str, records: list[Event], profile: bool = False, budget_mb: float | None = None
+) -> tuple[float, float, int]:
     """(CPU seconds in all, CPU seconds in the operator, results) of the records through a
     new partition store, the join's index kept in `index` (TANDEM_WINDOW_INDEX)."""
     clock = time.process_time
+    budget = index_budget_from_env() if budget_mb is None else IndexBudget(int(budget_mb * (1 << 20)))
     with tempfile.TemporaryDirectory() as tmp:
-        kind = WindowedKind(WINDOW, JoinType.INNER, index=index)
+        kind = WindowedKind(WINDOW, JoinType.INNER, index=index, budget=budget)
         part = StatePartition(open_store(Path(tmp) / "p0"), kind, "active", True)
         profiler = cProfile.Profile() if profile else None
         results = 0
@@ -137,22 +150,27 @@ def main() -> None:
         run("memory", records, profile=True)
         return
     paths = dict(PATHS)
-    if not operator_module.LOOP.active:
-        print("tables.operators._fastjoin is not built (or TANDEM_PURE_PYTHON=1): no `compiled` row\n")
-        del paths["compiled"]
+    if not (operator_module.LOOP.active and stored_window.STORED_LOOP.active):
+        print(
+            "tables.operators._fastjoin or _fastwindow is not built (or TANDEM_PURE_PYTHON=1): "
+            "no compiled rows\n"
+        )
+        paths = {name: path for name, path in paths.items() if not path[1]}
     spent: dict[str, list[float]] = {name: [] for name in paths}
     in_operator: dict[str, list[float]] = {name: [] for name in paths}
     results: dict[str, int] = {}
-    was = operator_module.LOOP.active
+    was = operator_module.LOOP.active, stored_window.STORED_LOOP.active
     try:
         for _ in range(args.rounds):
-            for name, (index, compiled) in paths.items():
+            for name, (index, compiled, budget_mb) in paths.items():
                 operator_module.LOOP.use(compiled)
-                seconds, operator, results[name] = run(index, records)
+                stored_window.STORED_LOOP.use(compiled)
+                seconds, operator, results[name] = run(index, records, budget_mb=budget_mb)
                 spent[name].append(seconds / len(records) * 1e6)
                 in_operator[name].append(operator / len(records) * 1e6)
     finally:
-        operator_module.LOOP.use(was)
+        operator_module.LOOP.use(was[0])
+        stored_window.STORED_LOOP.use(was[1])
     if len(set(results.values())) != 1:
         raise SystemExit(f"the paths disagree: {results}")
     print(f"{len(records):,} records, {results['pure Python']:,} results, median of {args.rounds} rounds\n")

@@ -16,6 +16,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bench" / "memory.md"
 GOALS = {10_000_000: 600, 30_000_000: 700}  # issue 37: MB of RSS at most
+# A row's first cell starts with the index it ran: its line's label.
+LABELS = {
+    "budget": "default: in memory within the budget, then in RocksDB",
+    "memory": "index in memory",
+    "rocksdb": "index in RocksDB",
+}
 
 
 def rows(text: str) -> dict[str, list[tuple[int, float]]]:
@@ -29,7 +35,7 @@ def rows(text: str) -> dict[str, list[tuple[int, float]]]:
             or not cells[2].replace(",", "").isdigit()
         ):
             continue
-        index = "memory" if cells[0].startswith("memory") else "rocksdb"
+        index = next((name for name in LABELS if cells[0].startswith(name)), "rocksdb")
         found.setdefault(index, []).append((int(cells[1].replace(",", "")), float(cells[2].replace(",", ""))))
     return found
 
@@ -38,7 +44,7 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for index, points in sorted(rows(DOC.read_text()).items()):
         points.sort()
-        ax.plot([n / 1e6 for n, _ in points], [mb for _, mb in points], marker="o", label=f"index in {index}")
+        ax.plot([n / 1e6 for n, _ in points], [mb for _, mb in points], marker="o", label=LABELS[index])
     for live, mb in GOALS.items():
         ax.plot([live / 1e6], [mb], marker="_", markersize=20, color="red")
     ax.set_xlabel("records live in the window (millions)")

@@ -40,9 +40,10 @@ def test_the_reference_app_is_not_installed_so_a_users_own_app_module_wins(tmp_p
     ("module", "user"),
     [
         ("tables.operators._fastjoin", "tables.operators.windowed.LOOP"),
+        ("tables.operators._fastwindow", "tables.operators.stored_window.STORED_LOOP"),
         ("tables.records._fastcheck", "tables.records.codecs.CHECK"),
     ],
-    ids=["join loop", "input check"],
+    ids=["join loop", "stored index loop", "input check"],
 )
 def test_the_install_builds_the_compiled_parts(module: str, user: str) -> None:
     """`make`'s install builds the compiled join loop and input check (setup.py) and the join

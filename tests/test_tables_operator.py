@@ -165,14 +165,14 @@ def run(join: WindowedJoin, events: list[Event]) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_join_semantics(case: Case) -> None:
-    join = WindowedJoin(MemoryKV(), case.window, case.join_type)
+def test_join_semantics(case: Case, window_join: Any) -> None:
+    join = window_join(MemoryKV(), case.window, case.join_type)
     assert run(join, case.events) == case.emitted
     assert join.late == case.late
 
 
-def test_matches_carry_key_values_and_the_later_timestamp() -> None:
-    join = WindowedJoin(MemoryKV(), W, OUTER)
+def test_matches_carry_key_values_and_the_later_timestamp(window_join: Any) -> None:
+    join = window_join(MemoryKV(), W, OUTER)
     join.process(*imp("i1", 1000))
     assert join.process(*click("k1", 1040)) == [Match(b"a", b"i1", b"k1", 1040)]
     assert join.process(*click("k2", 1200, "b")) == []  # i1 is matched: nothing
@@ -180,17 +180,17 @@ def test_matches_carry_key_values_and_the_later_timestamp() -> None:
     assert join.process(*imp("i9", 1311, "z")) == [Match(b"b", None, b"k2", 1200)]
 
 
-def test_right_join_emits_unmatched_right_records_only() -> None:
-    join = WindowedJoin(MemoryKV(), W, RIGHT)
+def test_right_join_emits_unmatched_right_records_only(window_join: Any) -> None:
+    join = window_join(MemoryKV(), W, RIGHT)
     join.process(*imp("i1", 1000))
     join.process(*click("k1", 1000, "b"))
     emitted = join.process(*imp("i9", 1300, "z"))
     assert emitted == [Match(b"b", None, b"k1", 1000)]
 
 
-def test_keys_of_any_bytes_and_length() -> None:
+def test_keys_of_any_bytes_and_length(window_join: Any) -> None:
     """Keys are the Kafka key's bytes: binary, empty-prefixed, long (4-byte length)."""
-    join = WindowedJoin(MemoryKV(), W, INNER)
+    join = window_join(MemoryKV(), W, INNER)
     long_key = bytes(range(256)) * 300
     for key in (b"\x00\xff", long_key, b"a", b"ab"):
         join.process("left", key, 1000, b"i", b"L" + key[:2])
@@ -288,18 +288,18 @@ def streams(draw: st.DrawFn) -> tuple[JoinType, JoinWindow, list[tuple[Side, dic
     return join_type, window, events
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(streams())
-def test_join_matches_reference_model(case: tuple[JoinType, JoinWindow, list[Any]]) -> None:
+def test_join_matches_reference_model(window_join: Any, case: tuple[JoinType, JoinWindow, list[Any]]) -> None:
     join_type, window, events = case
-    join = WindowedJoin(MemoryKV(), window, join_type)
+    join = window_join(MemoryKV(), window, join_type)
     _check_against_reference(join, join_type, window, events)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(streams(), st.data())
 def test_ids_make_a_record_with_a_known_id_a_duplicate_whatever_its_time(
-    case: tuple[JoinType, JoinWindow, list[Any]], data: st.DataObject
+    window_join: Any, case: tuple[JoinType, JoinWindow, list[Any]], data: st.DataObject
 ) -> None:
     """With the join's `id` option a redelivered event may carry another timestamp (a
     producer resent it): it is still one event. The reference model keys duplicates by id."""
@@ -308,7 +308,7 @@ def test_ids_make_a_record_with_a_known_id_a_duplicate_whatever_its_time(
         (s, k, data.draw(st.integers(0, 120)), i, v) for s, k, _, i, v in events if data.draw(st.booleans())
     ]
     events = events + resent
-    join = WindowedJoin(MemoryKV(), window, join_type, ids=True)
+    join = window_join(MemoryKV(), window, join_type, ids=True)
     _check_against_reference(join, join_type, window, events, by_id=True)
 
 
@@ -328,10 +328,14 @@ def _check_against_reference(
         assert not lonely & {p[side] for p in pairs if p[0] and p[1]}
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(streams(), st.integers(1, 7))
 def test_rocksdb_state_behaves_like_memory(
-    case: tuple[JoinType, JoinWindow, list[Any]], commit_every: int
+    window_join: Any, case: tuple[JoinType, JoinWindow, list[Any]], commit_every: int
 ) -> None:
     """The operator over RocksDB plus a write overlay, committed every few records, and
     reopened from its files half way, gives the same output as over a plain map."""
@@ -343,7 +347,7 @@ def test_rocksdb_state_behaves_like_memory(
         for part in (events[: len(events) // 2], events[len(events) // 2 :]):
             store = PartitionStore(path)
             overlay = Overlay(store)
-            join = WindowedJoin(overlay, window, join_type)
+            join = window_join(overlay, window, join_type)
             for n, event in enumerate(part, 1):
                 got.append([ident(m) for m in join.process(*event)])
                 if n % commit_every == 0:
@@ -401,24 +405,27 @@ def test_interleaved_scans_of_one_store_and_overlay() -> None:
         store.close()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(streams(), st.booleans(), st.sets(st.integers(0, 60), max_size=8))
 def test_an_operator_made_again_over_its_state_carries_on(
-    case: tuple[JoinType, JoinWindow, list[Any]], ids: bool, cuts: set[int]
+    window_join: Any, case: tuple[JoinType, JoinWindow, list[Any]], ids: bool, cuts: set[int]
 ) -> None:
     """A new operator over the state (a restart, a reset) indexes the stored records again
     (tables/operators/window_index.py): made again before any record, it gives the output of one that never
     stopped, with or without ids."""
     join_type, window, events = case
     state = MemoryKV()
-    join = WindowedJoin(state, window, join_type, ids=ids)
+    join = window_join(state, window, join_type, ids=ids)
     whole = WindowedJoin(MemoryKV(), window, join_type, ids=ids)
     for n, event in enumerate(events):
         if n in cuts:
             join.take_changes()  # as a commit does: the stream time goes into the state
-            join = WindowedJoin(state, window, join_type, ids=ids)
+            join = window_join(state, window, join_type, ids=ids)
         assert join.process(*event) == whole.process(*event)
     assert (join.late, join.duplicates) == (whole.late, whole.duplicates)
+    assert join.live_records == whole.live_records
+    if window_join.mode != "memory":
+        return
     due = [sorted([*j.index.due, *j.index.late_due]) for j in (join, whole)]
     assert due[0] == due[1]
 
@@ -444,10 +451,10 @@ def test_sorted_keys_in_small_chunks(keys_: list[bytes], probe: bytes) -> None:
         assert sk.at(*sk.position(probe, after)) == (flat[n] if n < len(flat) else None)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(streams(), st.integers(1, 7))
 def test_overlay_in_small_chunks_behaves_like_memory(
-    case: tuple[JoinType, JoinWindow, list[Any]], commit_every: int
+    window_join: Any, case: tuple[JoinType, JoinWindow, list[Any]], commit_every: int
 ) -> None:
     """The overlay's pending keys split into many chunks; committed every few records."""
     from tables.operators.kv import SortedKeys
@@ -458,7 +465,7 @@ def test_overlay_in_small_chunks_behaves_like_memory(
     saved, SortedKeys.CHUNK = SortedKeys.CHUNK, 2
     try:
         overlay = Overlay(base)
-        join = WindowedJoin(overlay, window, join_type)
+        join = window_join(overlay, window, join_type)
         got = []
         for n, event in enumerate(events, 1):
             got.append([ident(m) for m in join.process(*event)])
@@ -471,15 +478,15 @@ def test_overlay_in_small_chunks_behaves_like_memory(
     assert got == expected
 
 
-def test_counters_follow_restore() -> None:
+def test_counters_follow_restore(window_join: Any) -> None:
     from tables.operators import keys
 
-    join = WindowedJoin(MemoryKV(), W, LEFT)
+    join = window_join(MemoryKV(), W, LEFT)
     join.process(*imp("i1", 1000))
     join.process(*imp("i1", 1000))  # a duplicate
     changes = dict(join.take_changes())
     assert keys.decode_int(changes[keys.meta_key("duplicates")]) == 1
-    replica = WindowedJoin(MemoryKV(), W, LEFT)
+    replica = window_join(MemoryKV(), W, LEFT)
     for key, value in changes.items():
         replica.restore(key, value)
     assert replica.duplicates == 1

@@ -110,11 +110,14 @@ def test_the_key_filter_counts_exactly_until_it_saturates() -> None:
 
 def test_the_window_index_setting() -> None:
     window = JoinWindow(0, 10, 0)
-    memory, stored = (
+    default, memory, stored = (
         WindowedKind(window, JoinType.INNER),
+        WindowedKind(window, JoinType.INNER, index="memory"),
         WindowedKind(window, JoinType.INNER, index="rocksdb"),
     )
     assert memory.index == "memory" and keys.RECORD in memory.unscanned
+    # The default starts in memory: its overlay indexes records only once it spills.
+    assert default.index == "budget" and default.unscanned == memory.unscanned
     # Records and due times are range-scanned through the batch overlay: it must index them.
     assert keys.RECORD not in stored.unscanned and keys.EXPIRY_INDEX not in stored.unscanned
     assert type(stored.operator(MemoryKV(), False)) is StoredIndexJoin
@@ -129,6 +132,8 @@ def test_the_window_index_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("TANDEM_WINDOW_INDEX", " RocksDB ")
     assert WindowedKind(window, JoinType.INNER).index == "rocksdb"
     monkeypatch.setenv("TANDEM_WINDOW_INDEX", "")
+    assert WindowedKind(window, JoinType.INNER).index == "budget"
+    monkeypatch.setenv("TANDEM_WINDOW_INDEX", "Memory")
     assert WindowedKind(window, JoinType.INNER).index == "memory"
     monkeypatch.setenv("TANDEM_WINDOW_INDEX", "lmdb")
     with pytest.raises(ValueError, match="TANDEM_WINDOW_INDEX='lmdb'"):

@@ -88,10 +88,17 @@ def results_of(records: DataFrame, spec: JoinSpec, close_inputs: bool = False) -
     if join_type is not JoinType.LEFT:
         return results
     final_time = F.lit(END_OF_TIME) if close_inputs else F.max("ts")
-    final = accepted.groupBy(F.col("partition").alias("p")).agg(final_time.alias("final_time"))
+    # A null-keyed record (accepted in a left self-join: KIP-962) is a result at once, with no
+    # partner, and moves no stream time: the final stream time is over the keyed ones.
+    keyed = accepted.filter(F.col("key").isNotNull())
+    final = keyed.groupBy(F.col("partition").alias("p")).agg(final_time.alias("final_time"))
     return (
-        results.join(F.broadcast(final), F.col("partition") == F.col("p"))
-        .filter(F.col("right").isNotNull() | (F.col("final_time") > F.col("ts") + held_for(window)))
+        results.join(F.broadcast(final), F.col("partition") == F.col("p"), "left")
+        .filter(
+            F.col("right").isNotNull()
+            | F.col("key").isNull()
+            | (F.col("final_time") > F.col("ts") + held_for(window))
+        )
         .drop("p", "final_time")
     )
 

@@ -182,7 +182,8 @@ def results_of(records: DataFrame, spec: JoinSpec, close_inputs: bool = False) -
     lone = F.col("left").isNull() | F.col("right").isNull()
     null_key = F.col("key").isNull()  # given at once (KIP-962), not when its window closes
     return (
-        results.join(F.broadcast(final), F.col("partition") == F.col("p"))
+        # "left": a partition with null-keyed records only has no final stream time.
+        results.join(F.broadcast(final), F.col("partition") == F.col("p"), "left")
         .filter(~lone | null_key | (F.col("final_time") > F.col("ts") + retention))
         .drop("p", "final_time")
     )

@@ -134,6 +134,24 @@ class Overlay:
             return self.pending[key]
         return self.base.get(key)
 
+    @property
+    def unscanned(self) -> tuple[bytes, ...]:
+        return self._unscanned
+
+    def set_unscanned(self, unscanned: tuple[bytes, ...]) -> None:
+        """Change which keys are never range-scanned (an operator that changed how it reads
+        its state: the windowed join spilling its index to it): the sorted index of pending
+        keys is made again from the pending keys a scan may now reach."""
+        if unscanned == self._unscanned:
+            return
+        self._unscanned = unscanned
+        keys = SortedKeys()
+        for key in sorted(self.pending):
+            if not key.startswith(unscanned):
+                keys.add(key)
+        self._pending_keys = keys
+        self._inserts += 1
+
     def put(self, key: bytes, value: bytes) -> None:
         pending = self.pending
         if not key.startswith(self._unscanned) and key not in pending:  # the join's records: the first test

@@ -27,7 +27,7 @@ from typing import Any
 from tables.operators import keys
 from tables.operators.base import Event, Match
 from tables.operators.kv import KV
-from tables.operators.windowed import UNMATCHED_FLAG, JoinType, JoinWindow, WindowedJoin
+from tables.operators.windowed import UNMATCHED_FLAG, JoinType, JoinWindow
 from tables.operators.windowed_kind import WindowedKind
 
 SELF_JOIN_TYPES = (JoinType.INNER, JoinType.LEFT)
@@ -41,10 +41,16 @@ def held_window(window: JoinWindow) -> JoinWindow:
     return replace(window, grace=window.grace + abs(window.after - window.before))
 
 
+def _windowed(operator: Any) -> Any:
+    """The windowed operator that holds the index: a budgeted join's current one (in memory, or
+    in the state once spilled: tables/operators/budgeted_window.py), else the operator itself."""
+    return getattr(operator, "inner", operator)
+
+
 class SelfJoin:
     """The self-join of one partition: a windowed operator fed each record in both roles."""
 
-    def __init__(self, inner: WindowedJoin, window: JoinWindow) -> None:
+    def __init__(self, inner: Any, window: JoinWindow) -> None:
         """`inner`: the windowed operator over `held_window(window)`; `window` as declared."""
         if inner.join_type not in SELF_JOIN_TYPES:
             raise ValueError(f"a self-join is inner or left, not {inner.join_type.value}")
@@ -53,7 +59,7 @@ class SelfJoin:
         # A record is late as a whole, once its window in either role has closed: were one role
         # taken and the other dropped, a copy read again (with ids) could meet its other role.
         closes = max(window.before, window.after) + window.grace
-        inner._closes = {"left": closes, "right": closes}
+        _windowed(inner)._closes = {"left": closes, "right": closes}  # a budgeted join's spill keeps them
 
     @property
     def stream_time(self) -> int | None:
@@ -87,15 +93,16 @@ class SelfJoin:
         elif not left_kept and not right_kept:
             for name, count in after.items():  # one record dropped (late, a duplicate): counted once
                 if count - before.get(name, 0) == 2:
-                    inner._count(name, -1)
+                    _windowed(inner)._count(name, -1)
         return as_left + as_right
 
     def _unmark(self, own: bytes, value: bytes) -> None:
         """The record's left copy had no partner but its right copy: it stays unmatched (a
         left self-join emits it once its window closes, unless another record meets it)."""
         stored = UNMATCHED_FLAG + value
-        self.inner._changes[own] = stored
-        self.inner.state.put(own, stored)
+        windowed = _windowed(self.inner)
+        windowed._changes[own] = stored
+        windowed.state.put(own, stored)
 
     def advance(self, stream_time: int) -> list[Match]:
         return self.inner.advance(stream_time)
@@ -135,9 +142,13 @@ class SelfJoinKind(WindowedKind):
                 "be its left join mirrored)"
             )
 
-    def operator(self, state: KV, ids: bool) -> SelfJoin:  # type: ignore[override]
+    def operator(self, state: KV, ids: bool) -> SelfJoin:
         inner = WindowedKind(
-            held_window(self.window), self.join_type, index=self.index, filter_bytes=self.filter_bytes
+            held_window(self.window),
+            self.join_type,
+            index=self.index,
+            filter_bytes=self.filter_bytes,
+            budget=self.budget,
         )
         return SelfJoin(inner.operator(state, ids), self.window)
 

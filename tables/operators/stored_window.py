@@ -28,8 +28,9 @@ stored records are the in-memory join's (tests/test_tables_index.py, test_tables
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+from tables.compiled import CompiledPart
 from tables.operators import keys
 from tables.operators.base import Event
 from tables.operators.keys import BYTE_SIDE, Side
@@ -207,7 +208,12 @@ class StoredIndexJoin(WindowedJoin):
     # -- processing -------------------------------------------------------
 
     def process_many(self, events: Iterable[Event]) -> list[Match]:
-        """`process` of each event in turn (WindowedJoin's loops keep their index in memory)."""
+        """`process` of each event in turn (WindowedJoin's loops keep their index in memory):
+        compiled (tables/operators/_fastwindow.pyx) where it is built and in use
+        (`STORED_LOOP.active`), else in Python, the reference (`process`)."""
+        fast = STORED_LOOP.fast
+        if fast is not None and type(self) is StoredIndexJoin:
+            return fast(self, events)
         results: list[Match] = []
         process = self.process
         for side, key, ts, record_id, value in events:
@@ -407,3 +413,11 @@ class StoredIndexJoin(WindowedJoin):
         if self.stream_time is None or ts > self.stream_time:
             self.stream_time = ts
             self.state.put(_STREAM_TIME_KEY, keys.encode_int(ts))
+
+
+# tables/operators/_fastwindow.pyx's `process_many`, where it is built and in use (`STORED_LOOP.active`).
+STORED_LOOP: CompiledPart[Callable[[StoredIndexJoin, Iterable[Event]], list[Match]]] = CompiledPart(
+    "tables.operators._fastwindow",
+    lambda module: module.process_many,
+    "the windowed join's per-record loop with its index in RocksDB",
+)

@@ -1,7 +1,9 @@
 """The windowed join as declared (`tables.join`): its window, its type, and which operator
-keeps its index of live records where (`TANDEM_WINDOW_INDEX`): `WindowedJoin` in memory
-(tables/operators/windowed.py) or `StoredIndexJoin` in the state (stored_window.py). Its own
-module because the stored one builds on the in-memory one: the kind chooses between them."""
+keeps its index of live records where (`TANDEM_WINDOW_INDEX`): by default `BudgetedJoin`,
+in memory within the worker's budget and in the state beyond it (budgeted_window.py), or, as
+an override, always `WindowedJoin` in memory (tables/operators/windowed.py) or always
+`StoredIndexJoin` in the state (stored_window.py). Its own module because the stored one
+builds on the in-memory one: the kind chooses between them."""
 
 from __future__ import annotations
 
@@ -10,19 +12,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tables.operators import keys
+from tables.operators.base import Operator
+from tables.operators.budgeted_window import BudgetedJoin, IndexBudget
 from tables.operators.kv import KV
 from tables.operators.stored_window import StoredIndexJoin
 from tables.operators.windowed import DAY_MS, JoinType, JoinWindow, WindowedJoin
 
-WINDOW_INDEXES = ("memory", "rocksdb")
+WINDOW_INDEXES = ("budget", "memory", "rocksdb")
 WINDOW_INDEX_ENV = "TANDEM_WINDOW_INDEX"
 
 
 def window_index_from_env() -> str:
-    """Where the windowed join keeps its index of live records: TANDEM_WINDOW_INDEX, `memory`
-    (the default: fastest, a few hundred bytes per live record) or `rocksdb` (in the state:
-    memory bounded by RocksDB's caches, more CPU per record). docs/operations.md."""
-    raw = os.environ.get(WINDOW_INDEX_ENV, "").strip().lower() or "memory"
+    """Where the windowed join keeps its index of live records: TANDEM_WINDOW_INDEX, `budget`
+    (the default: in memory within TANDEM_WINDOW_INDEX_BUDGET_MB, in the state beyond it),
+    `memory` (always in memory: fastest, a few hundred bytes per live record, unbounded) or
+    `rocksdb` (always in the state: memory bounded by RocksDB's caches, more CPU per record).
+    docs/operations.md."""
+    raw = os.environ.get(WINDOW_INDEX_ENV, "").strip().lower() or "budget"
     if raw not in WINDOW_INDEXES:
         raise ValueError(f"{WINDOW_INDEX_ENV}={raw!r}: use one of {', '.join(WINDOW_INDEXES)}")
     return raw
@@ -44,6 +50,29 @@ def filter_bytes_from_env() -> int:
     return max(1, int(megabytes * (1 << 20)))
 
 
+BUDGET_MB_ENV = "TANDEM_WINDOW_INDEX_BUDGET_MB"
+DEFAULT_BUDGET_MB = 32.0
+_BUDGETS: dict[int, IndexBudget] = {}
+
+
+def index_budget_from_env() -> IndexBudget:
+    """The budget of the process's in-memory window indexes (TANDEM_WINDOW_INDEX_BUDGET_MB,
+    32 by default; 0: every index in the state from its first record), one for every join
+    and partition of the process that reads the same setting."""
+    raw = os.environ.get(BUDGET_MB_ENV, "").strip()
+    try:
+        megabytes = float(raw) if raw else DEFAULT_BUDGET_MB
+    except ValueError:
+        raise ValueError(f"{BUDGET_MB_ENV}={raw!r} is not a number") from None
+    if not megabytes >= 0:
+        raise ValueError(f"{BUDGET_MB_ENV} must be 0 or more, not {raw}")
+    limit = int(megabytes * (1 << 20))
+    budget = _BUDGETS.get(limit)
+    if budget is None:
+        budget = _BUDGETS[limit] = IndexBudget(limit)
+    return budget
+
+
 @dataclass(frozen=True)
 class WindowedKind:
     """A windowed stream-stream join (`tables.join`), as the runtime makes and shows it."""
@@ -52,8 +81,10 @@ class WindowedKind:
     join_type: JoinType
     name: str = "windowed"
     table_side: None = None  # two streams
-    index: str = field(default_factory=window_index_from_env)  # "memory" or "rocksdb"
-    filter_bytes: int = field(default_factory=filter_bytes_from_env)  # per partition, with "rocksdb"
+    index: str = field(default_factory=window_index_from_env)  # "budget", "memory" or "rocksdb"
+    filter_bytes: int = field(default_factory=filter_bytes_from_env)  # per partition, in the state
+    # With "budget": the memory all in-memory indexes of the process share.
+    budget: IndexBudget = field(default_factory=index_budget_from_env, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.index not in WINDOW_INDEXES:
@@ -72,10 +103,12 @@ class WindowedKind:
     def how(self) -> str:
         return self.join_type.value
 
-    def operator(self, state: KV, ids: bool) -> WindowedJoin:
+    def operator(self, state: KV, ids: bool) -> Operator:
         if self.index == "rocksdb":
             return StoredIndexJoin(state, self.window, self.join_type, ids, self.filter_bytes)
-        return WindowedJoin(state, self.window, self.join_type, ids)
+        if self.index == "memory":
+            return WindowedJoin(state, self.window, self.join_type, ids)
+        return BudgetedJoin(state, self.window, self.join_type, ids, self.budget, self.filter_bytes)
 
     def emits_unmatched(self) -> bool:
         return bool(self.join_type.unmatched_sides)
@@ -92,4 +125,5 @@ class WindowedKind:
             "how": self.how,
             "window_ms": {"before": w.before, "after": w.after, "grace": w.grace},
             "window_index": self.index,
+            **({"window_index_budget_mb": self.budget.limit / (1 << 20)} if self.index == "budget" else {}),
         }
