@@ -7,6 +7,7 @@ them, with the same lookups."""
 from __future__ import annotations
 
 import struct
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +28,20 @@ from tables.operators.temporal import (
 )
 from tables.state.partition import StatePartition
 from tables.state.store import open_store
-from tests.test_tables_temporal import HUGE, Model, Run, Step, offset, order, quote, runs
+from tests.test_tables_temporal import (
+    HUGE,
+    CrashingDriver,
+    MemoryDriver,
+    Model,
+    RocksDriver,
+    Run,
+    Step,
+    check,
+    offset,
+    order,
+    quote,
+    runs,
+)
 
 
 class CountingKV(MemoryKV):
@@ -236,3 +250,50 @@ def test_the_latest_key_holds_the_versions_order_oldest_and_value() -> None:
     join.process_many([quote("a", 7, 3, "A7"), quote("a", 9, 4, "A9")])
     latest = state.get(LATEST + keys.LEN.pack(1) + b"a")
     assert latest == keys.encode_time(9) + struct.pack(">Q", 4) + keys.encode_time(7) + b"\x01A9"
+
+
+# -- the pending records read ahead --------------------------------------------------------
+
+
+class ReadsOneAhead(TemporalJoin):
+    READ_AHEAD = 1
+
+
+class ReadsTwoAhead(TemporalJoin):
+    READ_AHEAD = 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs(), st.sampled_from([ReadsOneAhead, ReadsTwoAhead]))
+def test_pending_records_read_a_few_ahead_are_the_model(run: Run, cls: type[TemporalJoin]) -> None:
+    """Read-ahead small enough that every run refills it and lets records go past twice it."""
+    check(run, MemoryDriver(run, cls))
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(), st.sampled_from([ReadsOneAhead, ReadsTwoAhead]), st.data())
+def test_pending_records_read_ahead_behind_an_overlay_committed_now_and_then_and_crashing(
+    run: Run, cls: type[TemporalJoin], data: st.DataObject
+) -> None:
+    batches = st.sets(st.integers(0, len(run.batches) - 1))
+    check(run, CrashingDriver(run, cls, data.draw(batches), data.draw(batches)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs(max_events=40))
+def test_pending_records_read_ahead_on_rocksdb_are_the_model(run: Run) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        check(run, RocksDriver(run, ReadsTwoAhead, Path(tmp)))
+
+
+def test_emission_one_record_at_a_time_reads_the_state_once_per_read_ahead() -> None:
+    """bench_enrich's stream: each record moves stream time past the grace of one earlier.
+    The pending records are scanned once per READ_AHEAD emitted, not once each."""
+    state = CountingKV()
+    join = TemporalJoin(state, "left", 50, 3_600_000)
+    join.process_many([quote(f"k{n}", n, n, f"Q{n}") for n in range(100)])
+    join.take_changes()
+    state.scans.clear()
+    for n in range(2_000):
+        join.process_many([order(f"k{n % 100}", 1_000 + 10 * n, 10_000 + n)])
+    assert state.scans.get(PENDING, 0) <= 2_000 // TemporalJoin.READ_AHEAD + 2, state.scans

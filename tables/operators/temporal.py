@@ -43,8 +43,10 @@ the operator moves each key's newest to `l` before its first batch (`_ensure_lay
 from __future__ import annotations
 
 import struct
+from bisect import insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from tables.operators import keys
@@ -119,6 +121,11 @@ def _join_key(key: bytes) -> bytes:
 class TemporalJoin(StateMeta):
     """The temporal join of one partition over its state (an `Operator`)."""
 
+    # Pending records read from the state at a time when some fall due, and held at most
+    # (twice this): emission one record at a time (each stream record moving stream time
+    # past the grace of one earlier) costs a list step, not a RocksDB iterator and seek.
+    READ_AHEAD = 256
+
     def __init__(
         self, state: KV, how: str = "inner", grace: int = 0, history: int = 0, ids: bool = False
     ) -> None:
@@ -151,6 +158,11 @@ class TemporalJoin(StateMeta):
         self._sweep_from = GONE
         self._next_due: int | None = None  # the earliest pending record's time (or lower)
         self._next_sweep: int | None = None  # the earliest delete to sweep (or lower)
+        # The pending records from `_due_from` up to `_ahead_end` (every one below it is
+        # here; None: none read), in key order; those before `_ahead_at` were emitted.
+        self._ahead: list[tuple[bytes, bytes]] = []
+        self._ahead_at = 0
+        self._ahead_end: bytes | None = None
         self._layout_checked = self.state.get(LAYOUT_KEY) is not None
         self._load_hints()
 
@@ -199,6 +211,8 @@ class TemporalJoin(StateMeta):
         if now is None or ts > now:
             self._move_to(ts, results)
         self._put(pending_key, value)
+        if self._ahead_end is not None and pending_key < self._ahead_end:
+            self._hold_ahead(pending_key, value)
         if id_key is not None:
             self._put(id_key, _time(ts))
         if self._next_due is None or ts < self._next_due:
@@ -259,7 +273,26 @@ class TemporalJoin(StateMeta):
 
     def _emit_due(self, results: list[Match]) -> None:
         watermark = self._watermark()
-        due, self._next_due = self._scan_until(self._due_from, _PENDING_END, lambda ts: ts < watermark)
+        due: list[tuple[bytes, bytes]] = []
+        self._next_due = None
+        ahead, at = self._ahead, self._ahead_at
+        while True:
+            if at == len(ahead):  # every one held emitted: the next ones, if any
+                found = self._read_ahead()
+                ahead, at = self._ahead, 0
+                if not found:
+                    break
+            item = ahead[at]
+            ts = _decode_time(item[0], _TIME_AT)
+            if ts >= watermark:
+                self._next_due = ts
+                break
+            due.append(item)
+            at += 1
+        if at > self.READ_AHEAD:  # the emitted ones go
+            del ahead[:at]
+            at = 0
+        self._ahead_at = at
         expire = self.state.expire
         for pending_key, value in due:
             key_end = _KEY_AT + _unpack_len(pending_key, 9)[0]
@@ -272,6 +305,33 @@ class TemporalJoin(StateMeta):
                 expire(id_key)
                 self._changes[id_key] = None
         self._due_from = PENDING + _time(watermark)
+
+    def _read_ahead(self) -> bool:
+        """In place of those held (all emitted): the next READ_AHEAD pending records from
+        the state; False if there are none."""
+        end = self._ahead_end
+        if end == _PENDING_END:  # none left to read
+            self._ahead, self._ahead_at = [], 0
+            return False
+        scan = self.state.scan(self._due_from if end is None else end, _PENDING_END)
+        self._ahead = list(islice(scan, self.READ_AHEAD))
+        self._ahead_at = 0
+        full = len(self._ahead) == self.READ_AHEAD
+        self._ahead_end = self._ahead[-1][0] + b"\x00" if full else _PENDING_END
+        return bool(self._ahead)
+
+    def _hold_ahead(self, pending_key: bytes, value: bytes) -> None:
+        """A pending record written below `_ahead_end`: held with the others, in order; the
+        last ones let go (read again when due) past twice READ_AHEAD."""
+        ahead = self._ahead
+        if not ahead or pending_key > ahead[-1][0]:
+            ahead.append((pending_key, value))
+        else:
+            insort(ahead, (pending_key, value), lo=self._ahead_at)
+        if len(ahead) - self._ahead_at > 2 * self.READ_AHEAD:
+            keep = self._ahead_at + self.READ_AHEAD
+            self._ahead_end = ahead[keep][0]
+            del ahead[keep:]
 
     def _sweep(self) -> None:
         """Deletes the prune point has passed: prune their keys (which removes the delete
@@ -513,6 +573,7 @@ class TemporalJoin(StateMeta):
         self._load_hints()
 
     def _load_hints(self) -> None:
+        self._ahead, self._ahead_at, self._ahead_end = [], 0, None
         if self.stream_time is not None:  # what is due by then was emitted, what is past swept
             self._due_from = PENDING + _time(self._watermark())
             self._sweep_from = GONE + _time(self._prune_point())
