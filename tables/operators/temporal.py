@@ -15,7 +15,8 @@ and returns matches. Keys and values are bytes, never decoded. Side "left" is th
 Nothing is indexed in memory: the versions and the pending stream records live in the
 state only, under their own prefixes (docs/tables.md, "The temporal join's state"), so
 the memory used does not grow with the number of keys. The operator keeps a few numbers:
-stream time, counters, and where the next pending record and the next delete to sweep lie.
+stream time, counters, and where the next pending record and the next delete to sweep lie;
+and up to 2 * READ_AHEAD pending records read ahead of their emission.
 
 | key | value |
 | --- | --- |
@@ -527,7 +528,7 @@ class TemporalJoin(StateMeta):
         return None
 
     def index_memory(self) -> None:
-        """None: the temporal join keeps no index of records (its lookups are RocksDB scans)."""
+        """None: the temporal join keeps no index of records (its lookups are RocksDB reads)."""
         return None
 
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
