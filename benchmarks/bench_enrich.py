@@ -25,7 +25,10 @@ an empty state), rounds alternating:
   results produced as JSON (benchmarks/quix_join.py, in its own environment).
 
 Each join's output topic is read back: a result per trade, each with its symbol's quote
-(`correct`). Peak RSS is each process's VmHWM at its end. With `--restore`, the Tandem worker
+(`correct`). Peak RSS is each process's VmHWM at its end. With `--before DIR`, a pipeline
+`tandem (before)` runs the same worker from another checkout of the project (DIR: e.g. main,
+with its compiled extensions built), alternating with this one in each round on the same
+input: on a loaded machine, compare the two in one run. With `--restore`, the Tandem worker
 of the last round is killed (SIGKILL) and a new one started on an empty data directory with
 the same app id: the time from its start, and from its assignment, until every partition is
 restored from the changelog. Results: docs/bench/enrich.md.
@@ -63,6 +66,7 @@ from tables.testing import EmbeddedBroker
 
 BARE = "bare consumer"
 TANDEM = "tandem"
+TANDEM_BEFORE = "tandem (before)"  # --before: the worker of another checkout
 QUIX = "quix join_asof"
 PIPELINES = (BARE, TANDEM, QUIX)
 PREFIX = "we-"
@@ -261,11 +265,14 @@ def run_bare(bootstrap: str, data: Input, timeout: float) -> dict[str, Any]:
     return run
 
 
-def worker(bootstrap: str, app_id: str, run_dir: Path, name: str, output: str) -> WorkerProcess:
+def worker(
+    bootstrap: str, app_id: str, run_dir: Path, name: str, output: str, source: Path = REPO
+) -> WorkerProcess:
+    """A Tandem worker of the enrichment app, run from the checkout `source`."""
     return WorkerProcess(
         name, "host-1", "rack-1", bootstrap, app_id, run_dir,
         standby_replicas=0, partitions=PARTITIONS, topic_prefix=PREFIX, app_module="benchmarks.enrich_app",
-        extra_env={"BENCH_ENRICH_OUTPUT": output},
+        extra_env={"BENCH_ENRICH_OUTPUT": output, "PYTHONPATH": str(source)}, cwd=source,
     )  # fmt: skip
 
 
@@ -274,14 +281,15 @@ def join_of(view: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 async def run_tandem(
-    bootstrap: str, data: Input, run_dir: Path, timeout: float, restore: bool
+    bootstrap: str, data: Input, run_dir: Path, timeout: float, restore: bool, source: Path = REPO
 ) -> dict[str, Any]:
-    """One worker from an empty state until every record is read and every trade's result
-    handled; with `restore`, then its SIGKILL and a new worker restoring on an empty disk."""
+    """One worker (of the checkout `source`) from an empty state until every record is read and
+    every trade's result handled; with `restore`, then its SIGKILL and a new worker restoring on
+    an empty disk."""
     uid = uuid.uuid4().hex[:6]
     app_id, output = f"we-tandem-{uid}", f"{PREFIX}out-tandem-{uid}"
     await create_inputs(bootstrap, [output], PARTITIONS)
-    process = worker(bootstrap, app_id, run_dir, f"tandem-{uid}", output).start()
+    process = worker(bootstrap, app_id, run_dir, f"tandem-{uid}", output, source).start()
     first: tuple[float, int, float] | None = None
     last: tuple[float, int, float] | None = None
     deadline = time.monotonic() + timeout
@@ -317,7 +325,7 @@ async def run_tandem(
         checked = await checked_output(bootstrap, output, data, timeout=120.0)
         if restore:
             process.kill()
-            restored = await time_restore(bootstrap, app_id, run_dir, uid, output, timeout)
+            restored = await time_restore(bootstrap, app_id, run_dir, uid, output, timeout, source)
     finally:
         process.stop(10)
         LOGS.mkdir(parents=True, exist_ok=True)
@@ -328,7 +336,7 @@ async def run_tandem(
 
 
 async def time_restore(
-    bootstrap: str, app_id: str, run_dir: Path, uid: str, output: str, timeout: float
+    bootstrap: str, app_id: str, run_dir: Path, uid: str, output: str, timeout: float, source: Path = REPO
 ) -> dict[str, Any]:
     """A new worker of `app_id` on an empty data directory: seconds from its start and from its
     assignment until every partition is restored, and the changelog records it replayed."""
@@ -338,7 +346,7 @@ async def time_restore(
     # once) it joins again, and must not count in the first worker's results.
     again = f"{output}-again"
     await create_inputs(bootstrap, [again], PARTITIONS)
-    process = worker(bootstrap, app_id, run_dir, f"restorer-{uid}", again).start()
+    process = worker(bootstrap, app_id, run_dir, f"restorer-{uid}", again, source).start()
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -381,7 +389,13 @@ async def run_quix_asof(bootstrap: str, data: Input, run_dir: Path, timeout: flo
 
 
 async def bench(
-    keys: int, count: int, rounds: int, pipelines: list[str], restore: bool, timeout: float
+    keys: int,
+    count: int,
+    rounds: int,
+    pipelines: list[str],
+    restore: bool,
+    timeout: float,
+    before: Path | None = None,
 ) -> str:
     runs: dict[str, list[dict[str, Any]]] = {}
     lines: list[str] = []
@@ -398,10 +412,10 @@ async def bench(
                 run_dir.mkdir(exist_ok=True)
                 if name == BARE:
                     run = await asyncio.to_thread(run_bare, broker.bootstrap, data, timeout)
-                elif name == TANDEM:
-                    run = await run_tandem(
-                        broker.bootstrap, data, run_dir, timeout, restore and n == rounds - 1
-                    )
+                elif name in (TANDEM, TANDEM_BEFORE):
+                    source = before if name == TANDEM_BEFORE and before is not None else REPO
+                    last_round = restore and n == rounds - 1
+                    run = await run_tandem(broker.bootstrap, data, run_dir, timeout, last_round, source)
                 else:
                     run = await run_quix_asof(broker.bootstrap, data, run_dir, timeout)
                 run["load"] = os.getloadavg()[0]
@@ -472,11 +486,24 @@ def main() -> None:
     parser.add_argument("--pipelines", default=",".join(PIPELINES), help=f"of {', '.join(PIPELINES)}")
     parser.add_argument("--restore", action="store_true", help="time a restore after the last tandem run")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per run, seconds")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout, whose worker runs as `tandem (before)`",
+    )
     args = parser.parse_args()
     pipelines = [name.strip() for name in args.pipelines.split(",") if name.strip()]
     if unknown := [name for name in pipelines if name not in PIPELINES]:
         parser.error(f"unknown pipeline(s) {unknown}")
-    print(asyncio.run(bench(args.keys, args.trades, args.rounds, pipelines, args.restore, args.timeout)))
+    if args.before is not None:
+        if TANDEM in pipelines:
+            pipelines.insert(pipelines.index(TANDEM), TANDEM_BEFORE)
+        args.before = args.before.resolve()
+    print(
+        asyncio.run(
+            bench(args.keys, args.trades, args.rounds, pipelines, args.restore, args.timeout, args.before)
+        )
+    )
 
 
 if __name__ == "__main__":

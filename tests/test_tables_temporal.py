@@ -27,6 +27,7 @@ from tables.operators.kv import KV, MemoryKV, Overlay
 from tables.operators.temporal import (
     DELETED,
     GONE,
+    LATEST,
     PENDING,
     PENDING_ID,
     PRESENT,
@@ -300,11 +301,11 @@ def test_the_kind() -> None:
     )
     assert not TemporalKind("inner", 0, 0).emits_unmatched()
     assert kind.describe() == {"kind": "temporal", "how": "left", "grace_ms": 5_000, "history_ms": 86_400_000}
-    assert kind.unscanned == (keys.META, PENDING_ID)
+    assert kind.unscanned == (keys.META, PENDING_ID, LATEST)
     join = kind.operator(MemoryKV(), ids=True)
     assert (join.how, join.grace, join.history, join.ids) == ("left", 5_000, 86_400_000, True)
     # Its prefixes are its own: none is the windowed join's, none is unscanned and scanned.
-    assert {VERSION, PENDING, PENDING_ID, GONE}.isdisjoint({keys.RECORD, b"c", b"f"})
+    assert {LATEST, VERSION, PENDING, PENDING_ID, GONE}.isdisjoint({keys.RECORD, b"c", b"f"})
 
 
 def test_versions_are_pruned_per_key_and_a_deleted_key_leaves_the_state() -> None:
@@ -312,19 +313,24 @@ def test_versions_are_pruned_per_key_and_a_deleted_key_leaves_the_state() -> Non
     join = TemporalJoin(state, "left", 0, 100)
     for n in range(1, 201):  # one key updated every 10 ms: ~10 versions within history
         join.process_many([quote("a", n * 10, n, f"A{n}")])
-    held = [k for k, _ in state.scan(VERSION, b"w")]
+    held = versions_held(state)
     assert len(held) <= 12
     # Past grace but within history: joined at once, exactly.
     assert names(join.process_many([order("a", 1_905, 999)])) == ["o999|A190"]
     join.process_many([quote("a", 2_001, 1_000, None)])  # deleted ...
     assert [k for k, _ in state.scan(GONE, b"h")]
     join.advance(2_001 + 100)  # ... the prune point reaches its delete: kept (rule 9)
-    assert [k for k, _ in state.scan(VERSION, b"w")]
+    assert versions_held(state)
     join.advance(2_001 + 101)  # ... and passes it: every version of it goes, delete included
     assert [k for k, _ in state.scan(b"", b"\xff") if not k.startswith(keys.META)] == []
     # Every removal is a tombstone in the changelog.
     changes = dict(join.take_changes())
     assert all(changes[k] is None for k in changes if k[:1] in (VERSION, GONE, PENDING))
+
+
+def versions_held(state: KV) -> list[bytes]:
+    """The keys of every version the state holds: the latest of each key, and older ones."""
+    return [k for k, _ in state.scan(LATEST, b"m")] + [k for k, _ in state.scan(VERSION, b"w")]
 
 
 # -- the reference model -------------------------------------------------------------------
@@ -697,10 +703,11 @@ def pending_of(contents: dict[bytes, bytes]) -> set[tuple[int, bytes, bytes]]:
 
 def versions_of(contents: dict[bytes, bytes]) -> Iterator[tuple[bytes, bytes]]:
     for k, v in contents.items():
-        if k[:1] == VERSION:
+        if k[:1] in (VERSION, LATEST):
             length = keys.LEN.unpack_from(k, 1)[0]
-            assert v[:1] in (PRESENT, DELETED)
-            yield k[5 : 5 + length], v
+            body = v if k[:1] == VERSION else v[24:]  # after an `l` value's time, offset, oldest
+            assert body[:1] in (PRESENT, DELETED)
+            yield k[5 : 5 + length], body
 
 
 @settings(max_examples=400, deadline=None)
@@ -799,7 +806,7 @@ def test_memory_does_not_grow_with_the_number_of_keys(tmp_path: Path) -> None:
         del one_dict
         assert per_key_dict > 4_000_000  # (what the comparison is against: ~100 bytes a key)
         assert grown < per_key_dict / 20, (grown, per_key_dict)
-        held = sum(1 for k, _ in partition.store.scan(VERSION, b"w"))
+        held = sum(1 for k, _ in partition.store.scan(LATEST, b"m"))
         assert held == 55_000  # the keys are in RocksDB, not in memory
     finally:
         partition.store.close()
@@ -819,8 +826,11 @@ class IgnoresDeletes(TemporalJoin):
     """A delete is skipped by the lookup: the version before it is found instead."""
 
     def _lookup(self, key: bytes, ts: int) -> bytes | None:
-        versions = VERSION + keys.LEN.pack(len(key)) + key
-        for _, stored in self.state.scan(versions + _inverted(ts), versions + b"\xff" * 17):
+        joined = keys.LEN.pack(len(key)) + key
+        versions, latest = VERSION + joined, self.state.get(LATEST + joined)
+        found = [latest[24:]] if latest is not None and keys.decode_time(latest[:8]) <= ts else []
+        found += [stored for _, stored in self.state.scan(versions + _inverted(ts), versions + b"\xff" * 17)]
+        for stored in found:
             if stored[:1] == PRESENT:
                 return stored[1:]
         return None
@@ -829,18 +839,22 @@ class IgnoresDeletes(TemporalJoin):
 class EarlierOffsetWins(TemporalJoin):
     """Equal timestamps ordered by offset the wrong way round."""
 
-    def _version_suffix(self, ts: int, record_id: bytes) -> bytes:
-        return _inverted(ts) + record_id
+    def _order(self, ts: int, record_id: bytes) -> bytes:
+        return keys.encode_time(ts) + bytes(255 - byte for byte in record_id)
 
 
 class PrunesTheLatestVersion(TemporalJoin):
     """History taken as a hard limit: a key's latest version older than history is removed."""
 
-    def _prune(self, versions: bytes, prune_point: int) -> None:
+    def _pruned(self, joined: bytes, latest: bytes, prune_point: int) -> bytes | None:
         for stored_key, _ in list(
-            self.state.scan(versions + _inverted(prune_point), versions + b"\xff" * 17)
+            self.state.scan(VERSION + joined + _inverted(prune_point), VERSION + joined + b"\xff" * 17)
         ):
             self._delete(stored_key)
+        pruned = super()._pruned(joined, latest, prune_point)
+        if pruned is not None and keys.decode_time(pruned[:8]) <= prune_point:
+            return None
+        return pruned
 
 
 class RestoreForgetsStreamTime(TemporalJoin):

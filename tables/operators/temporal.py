@@ -15,25 +15,39 @@ and returns matches. Keys and values are bytes, never decoded. Side "left" is th
 Nothing is indexed in memory: the versions and the pending stream records live in the
 state only, under their own prefixes (docs/tables.md, "The temporal join's state"), so
 the memory used does not grow with the number of keys. The operator keeps a few numbers:
-stream time, counters, and where the next pending record and the next delete to sweep lie.
+stream time, counters, and where the next pending record and the next delete to sweep lie;
+and up to 2 * READ_AHEAD pending records read ahead of their emission.
 
 | key | value |
 | --- | --- |
-| `v` len(key) key ~ts ~offset | `\\x01` + the table's value, or `\\x00` for a delete |
+| `l` len(key) key | the key's latest version: ts, offset, oldest (8 bytes each), then as `v` |
+| `v` len(key) key ~ts ~offset | an older version: `\\x01` + the table's value, or `\\x00` for a delete |
 | `p` ts len(key) key id | the pending stream record's value |
 | `d` len(key) key id | ts of the pending record (with declared ids only) |
 | `g` ts len(key) key | empty: a delete at ts, to sweep once `S - history` passes it |
-| `m:` name | big-endian int: stream_time, late, duplicates, late_updates |
+| `m:` name | big-endian int: stream_time, late, duplicates, late_updates, latest_layout |
 
-`~` is the bitwise complement: one ascending scan from `v` key ~t finds the latest version
-at or before t first, and of two versions at one time the later offset first.
+The latest version of each key has a key of its own (`l`, read by a `get`, bloom-filtered),
+as Kafka Streams' versioned store keeps its "latest value store": a lookup as of a time at or
+after it (a stream record newer than its key's last update: the common case) and an update
+newer than it (the common case again) are each one point read, whatever the size of the
+store. Its `oldest` is a lower bound of the time of the key's oldest `v` version (all ones:
+it has none), so a lookup before every version and an update with no older version at or
+before the prune point need no scan either. The older versions lie under `v`: `~` is the
+bitwise complement, so one ascending scan from `v` key ~t finds the latest of them at or
+before t first, and of two at one time the later offset first.
+
+A state written before the `l` keys (no `m:latest_layout`) holds every version under `v`:
+the operator moves each key's newest to `l` before its first batch (`_ensure_layout`).
 """
 
 from __future__ import annotations
 
 import struct
+from bisect import insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from tables.operators import keys
@@ -45,6 +59,7 @@ from tables.operators.meta import StateMeta
 TemporalEvent = tuple[Side, bytes, int, bytes, bytes | None]
 
 VERSION = b"v"
+LATEST = b"l"
 PENDING = b"p"
 PENDING_ID = b"d"
 GONE = b"g"
@@ -67,7 +82,17 @@ _unpack_len = keys.LEN.unpack_from
 _TIME_AT = 1  # in `p` and `g` keys, the time follows the one-byte prefix
 _KEY_AT = 1 + 8 + keys.LEN.size  # in `p` and `g` keys, where the join key starts
 _VERSIONS_END = b"\xff" * 17  # after every `~ts ~offset` (16 bytes) under one key's prefix
+_VERSION_END = b"w"  # after every `v` key
+_COMPLEMENT = bytes(255 - byte for byte in range(256))  # bytes.translate: each byte's complement
 _STREAM_TIME_KEY = keys.meta_key("stream_time")
+# Marks a state whose latest versions are under `l` (absent: every version under `v`).
+LAYOUT_KEY = keys.meta_key("latest_layout")
+_LAYOUT = keys.encode_int(1)
+# In an `l` value: the version's time and offset (its order), the oldest `v` time, its body.
+_ORDER_END = 16
+_OLDEST_AT = 16
+_BODY_AT = 24
+_NO_HISTORY = b"\xff" * 8  # `oldest` of a key without older versions
 
 
 def _time(ms: int) -> bytes:
@@ -84,10 +109,6 @@ def _decode_time(raw: bytes, at: int) -> int:
     return int(_U64.unpack_from(raw, at)[0]) - _BIAS
 
 
-def _inverted_offset(record_id: bytes) -> bytes:
-    return _U64.pack(_MAX_U64 - _U64.unpack(record_id)[0])
-
-
 def version_offset(version_key: bytes) -> int:
     """The table record's offset of a version, from its state key (`v` ... ~ts ~offset)."""
     return _MAX_U64 - int(_U64.unpack_from(version_key, len(version_key) - 8)[0])
@@ -100,6 +121,11 @@ def _join_key(key: bytes) -> bytes:
 
 class TemporalJoin(StateMeta):
     """The temporal join of one partition over its state (an `Operator`)."""
+
+    # Pending records read from the state at a time when some fall due, and held at most
+    # (twice this): emission one record at a time (each stream record moving stream time
+    # past the grace of one earlier) costs a list step, not a RocksDB iterator and seek.
+    READ_AHEAD = 256
 
     def __init__(
         self, state: KV, how: str = "inner", grace: int = 0, history: int = 0, ids: bool = False
@@ -133,6 +159,12 @@ class TemporalJoin(StateMeta):
         self._sweep_from = GONE
         self._next_due: int | None = None  # the earliest pending record's time (or lower)
         self._next_sweep: int | None = None  # the earliest delete to sweep (or lower)
+        # The pending records from `_due_from` up to `_ahead_end` (every one below it is
+        # here; None: none read), in key order; those before `_ahead_at` were emitted.
+        self._ahead: list[tuple[bytes, bytes]] = []
+        self._ahead_at = 0
+        self._ahead_end: bytes | None = None
+        self._layout_checked = self.state.get(LAYOUT_KEY) is not None
         self._load_hints()
 
     # -- processing -------------------------------------------------------
@@ -142,6 +174,8 @@ class TemporalJoin(StateMeta):
         that fall due as stream time moves, and of stream records joined at once (past grace
         on arrival). Table updates emit nothing."""
         results: list[Match] = []
+        if not self._layout_checked:
+            self._ensure_layout()
         for side, key, ts, record_id, value in events:
             if side == "left":
                 if value is None:
@@ -178,6 +212,8 @@ class TemporalJoin(StateMeta):
         if now is None or ts > now:
             self._move_to(ts, results)
         self._put(pending_key, value)
+        if self._ahead_end is not None and pending_key < self._ahead_end:
+            self._hold_ahead(pending_key, value)
         if id_key is not None:
             self._put(id_key, _time(ts))
         if self._next_due is None or ts < self._next_due:
@@ -198,11 +234,7 @@ class TemporalJoin(StateMeta):
         if now is None or ts > now:
             self._move_to(ts, results)
         joined = _join_key(key)
-        versions = VERSION + joined
-        self._put(
-            versions + self._version_suffix(ts, record_id), DELETED if value is None else PRESENT + value
-        )
-        self._prune(versions, self._prune_point())
+        self._add_version(joined, self._order(ts, record_id), DELETED if value is None else PRESENT + value)
         if value is None:  # to sweep once the prune point passes it (ts >= prune point here)
             self._put(GONE + _time(ts) + joined, b"")
             if self._next_sweep is None or ts < self._next_sweep:
@@ -212,6 +244,8 @@ class TemporalJoin(StateMeta):
         """Stream time moves to `stream_time` (if later) without a record: the results of
         pending records that fall due by then (`ts + grace < stream_time`)."""
         results: list[Match] = []
+        if not self._layout_checked:
+            self._ensure_layout()
         stream_time = min(stream_time, _MAX_TIME)
         if self.stream_time is None or stream_time > self.stream_time:
             self._move_to(stream_time, results)
@@ -240,7 +274,26 @@ class TemporalJoin(StateMeta):
 
     def _emit_due(self, results: list[Match]) -> None:
         watermark = self._watermark()
-        due, self._next_due = self._scan_until(self._due_from, _PENDING_END, lambda ts: ts < watermark)
+        due: list[tuple[bytes, bytes]] = []
+        self._next_due = None
+        ahead, at = self._ahead, self._ahead_at
+        while True:
+            if at == len(ahead):  # every one held emitted: the next ones, if any
+                found = self._read_ahead()
+                ahead, at = self._ahead, 0
+                if not found:
+                    break
+            item = ahead[at]
+            ts = _decode_time(item[0], _TIME_AT)
+            if ts >= watermark:
+                self._next_due = ts
+                break
+            due.append(item)
+            at += 1
+        if at > self.READ_AHEAD:  # the emitted ones go
+            del ahead[:at]
+            at = 0
+        self._ahead_at = at
         expire = self.state.expire
         for pending_key, value in due:
             key_end = _KEY_AT + _unpack_len(pending_key, 9)[0]
@@ -254,6 +307,33 @@ class TemporalJoin(StateMeta):
                 self._changes[id_key] = None
         self._due_from = PENDING + _time(watermark)
 
+    def _read_ahead(self) -> bool:
+        """In place of those held (all emitted): the next READ_AHEAD pending records from
+        the state; False if there are none."""
+        end = self._ahead_end
+        if end == _PENDING_END:  # none left to read
+            self._ahead, self._ahead_at = [], 0
+            return False
+        scan = self.state.scan(self._due_from if end is None else end, _PENDING_END)
+        self._ahead = list(islice(scan, self.READ_AHEAD))
+        self._ahead_at = 0
+        full = len(self._ahead) == self.READ_AHEAD
+        self._ahead_end = self._ahead[-1][0] + b"\x00" if full else _PENDING_END
+        return bool(self._ahead)
+
+    def _hold_ahead(self, pending_key: bytes, value: bytes) -> None:
+        """A pending record written below `_ahead_end`: held with the others, in order; the
+        last ones let go (read again when due) past twice READ_AHEAD."""
+        ahead = self._ahead
+        if not ahead or pending_key > ahead[-1][0]:
+            ahead.append((pending_key, value))
+        else:
+            insort(ahead, (pending_key, value), lo=self._ahead_at)
+        if len(ahead) - self._ahead_at > 2 * self.READ_AHEAD:
+            keep = self._ahead_at + self.READ_AHEAD
+            self._ahead_end = ahead[keep][0]
+            del ahead[keep:]
+
     def _sweep(self) -> None:
         """Deletes the prune point has passed: prune their keys (which removes the delete
         and every older version if it is still the key's latest at or before that point)."""
@@ -263,7 +343,7 @@ class TemporalJoin(StateMeta):
         )
         expire = self.state.expire
         for gone_key, _ in due:
-            self._prune(VERSION + gone_key[9:], prune_point)
+            self._prune_key(gone_key[9:], prune_point)
             expire(gone_key)
             self._changes[gone_key] = None
         self._sweep_from = GONE + _time(prune_point)
@@ -283,9 +363,40 @@ class TemporalJoin(StateMeta):
 
     # -- the versioned table -------------------------------------------------
 
-    def _version_suffix(self, ts: int, record_id: bytes) -> bytes:
-        """`~ts ~offset`: newest first, and the later offset first at one time."""
-        return _inverted_time(ts) + _inverted_offset(record_id)
+    def _order(self, ts: int, record_id: bytes) -> bytes:
+        """A version's time and offset, 16 bytes whose byte order is the versions' order
+        (the later offset after the earlier at one time). Its complement ends its `v` key."""
+        return _time(ts) + record_id
+
+    def _add_version(self, joined: bytes, order: bytes, body: bytes) -> None:
+        """A table update of the key `joined` (len + key): `order` is its time and offset
+        (16 bytes, byte order is version order), `body` its flagged value. A version newer
+        than the key's latest takes its place (the latest goes to `v`), an older one goes to
+        `v`; then what no lookup can find any more is pruned."""
+        latest_key = LATEST + joined
+        latest = self.state.get(latest_key)
+        if latest is None:  # a new key (or one whose delete was swept): no older version
+            self._put(latest_key, order + _NO_HISTORY + body)
+            return
+        head, oldest = latest[:_ORDER_END], latest[_OLDEST_AT:_BODY_AT]
+        if order >= head:  # the new latest (the same record read again: its value again)
+            if order != head:
+                self._put(self._older_key(joined, head), latest[_BODY_AT:])
+                oldest = min(oldest, head[:8])
+            latest = order + oldest + body
+        else:  # an update into the key's history
+            self._put(self._older_key(joined, order), body)
+            latest = head + min(oldest, order[:8]) + latest[_BODY_AT:]
+        pruned = self._pruned(joined, latest, self._prune_point())
+        if pruned is None:
+            self._delete(latest_key)
+        else:
+            self._put(latest_key, pruned)
+
+    def _older_key(self, joined: bytes, order: bytes) -> bytes:
+        """The `v` key of a version of time and offset `order` (as in an `l` value): `~ts
+        ~offset`, so a key's versions lie newest first, and the later offset first at one time."""
+        return VERSION + joined + order[:_ORDER_END].translate(_COMPLEMENT)
 
     def _lookup(self, key: bytes, ts: int) -> bytes | None:
         """The table's value for `key` as of `ts`: its latest version at or before `ts`
@@ -294,24 +405,93 @@ class TemporalJoin(StateMeta):
         return found[1][1:] if found is not None and found[1][:1] == PRESENT else None
 
     def _version_at(self, key: bytes, ts: int) -> tuple[bytes, bytes] | None:
-        """The state's item of `key`'s latest version at or before `ts` (a delete too), or None."""
-        versions = VERSION + _join_key(key)
+        """`key`'s latest version at or before `ts` (a delete too) as (its `v` key, its
+        flagged value), or None. A get of its latest; a scan only for a time before it."""
+        joined = _join_key(key)
+        latest = self.state.get(LATEST + joined)
+        if latest is None:
+            return None
+        at = _time(ts)
+        if latest[:8] <= at:
+            return self._older_key(joined, latest), latest[_BODY_AT:]
+        if latest[_OLDEST_AT:_BODY_AT] > at:  # before every version
+            return None
+        versions = VERSION + joined
         for item in self.state.scan(versions + _inverted_time(ts), versions + _VERSIONS_END):
             return item
         return None
 
-    def _prune(self, versions: bytes, prune_point: int) -> None:
-        """Remove what no lookup at or after `prune_point` can find: of one key's versions
-        at or before it, all but the latest; and that one too if it is a removable delete."""
-        lo, hi = versions + _inverted_time(prune_point), versions + _VERSIONS_END
-        older = list(self.state.scan(lo, hi))  # newest first
-        if older:
-            latest_key, latest = older[0]
-            latest_time = _MAX_U64 - _U64.unpack_from(latest_key, len(versions))[0] - _BIAS
-            if latest[:1] == PRESENT or not self._delete_removable(latest_time, prune_point):
+    def _prune_key(self, joined: bytes, prune_point: int) -> None:
+        """`_pruned` of the key `joined` as the state holds it, written back."""
+        latest_key = LATEST + joined
+        latest = self.state.get(latest_key)
+        if latest is None:
+            return  # pruned already, by an update of the key
+        pruned = self._pruned(joined, latest, prune_point)
+        if pruned is None:
+            self._delete(latest_key)
+        elif pruned != latest:
+            self._put(latest_key, pruned)
+
+    def _pruned(self, joined: bytes, latest: bytes, prune_point: int) -> bytes | None:
+        """Remove what no lookup at or after `prune_point` can find: of the key's versions at
+        or before it, all but the latest; and that one too if it is a removable delete.
+        Returns the key's `l` value after it (None: the key has no version left). Scans only
+        when its `oldest` says a `v` version may lie at or before the prune point."""
+        oldest = latest[_OLDEST_AT:_BODY_AT]
+        point = _time(prune_point)
+        versions = VERSION + joined
+        if latest[:8] <= point:  # the latest is at or before it: every older version goes
+            if oldest != _NO_HISTORY:
+                for stored_key, _ in list(self.state.scan(versions, versions + _VERSIONS_END)):
+                    self._delete(stored_key)
+                latest = latest[:_OLDEST_AT] + _NO_HISTORY + latest[_BODY_AT:]
+            removable = self._delete_removable(_decode_time(latest, 0), prune_point)
+            return None if latest[_BODY_AT:] == DELETED and removable else latest
+        if oldest > point:
+            return latest
+        older = list(self.state.scan(versions + _inverted_time(prune_point), versions + _VERSIONS_END))
+        kept: int | None = None
+        if older:  # newest first
+            first_key, first = older[0]
+            first_time = _MAX_U64 - _U64.unpack_from(first_key, len(versions))[0] - _BIAS
+            if first[:1] == PRESENT or not self._delete_removable(first_time, prune_point):
                 del older[0]  # the latest version at or before the prune point: kept
+                kept = first_time
         for stored_key, _ in older:
             self._delete(stored_key)
+        if kept is not None:
+            oldest = _time(kept)
+        else:  # what is left lies after the prune point, if anything is
+            left = next(iter(self.state.scan(versions, versions + _inverted_time(prune_point))), None)
+            oldest = _NO_HISTORY if left is None else _time(prune_point + 1)
+        return latest[:_OLDEST_AT] + oldest + latest[_BODY_AT:]
+
+    def _ensure_layout(self) -> None:
+        """Before the first batch over a state without the layout mark: move each key's
+        newest version from `v` to `l` (a state an earlier version wrote), then mark it. In
+        the changelog too, so a restore from it needs no move."""
+        self._layout_checked = True
+        if self.state.get(LAYOUT_KEY) is not None:  # marked since (restored)
+            return
+        first: tuple[bytes, bytes, bytes] | None = None  # joined, newest key, its value
+        oldest = _NO_HISTORY
+        for stored_key, value in list(self.state.scan(VERSION, _VERSION_END)):
+            joined = stored_key[1 : len(stored_key) - 16]
+            if first is None or first[0] != joined:
+                if first is not None:
+                    self._move_to_latest(*first, oldest)
+                first, oldest = (joined, stored_key, value), _NO_HISTORY
+            else:
+                oldest = _time(_MAX_U64 - _U64.unpack_from(stored_key, len(stored_key) - 16)[0] - _BIAS)
+        if first is not None:
+            self._move_to_latest(*first, oldest)
+        self._put(LAYOUT_KEY, _LAYOUT)
+
+    def _move_to_latest(self, joined: bytes, version_key: bytes, value: bytes, oldest: bytes) -> None:
+        order = version_key[len(version_key) - 16 :].translate(_COMPLEMENT)
+        self._delete(version_key)
+        self._put(LATEST + joined, order + oldest + value)
 
     def _delete_removable(self, delete_time: int, prune_point: int) -> bool:
         """A key's latest delete (with every older version) can go once the prune point
@@ -348,7 +528,7 @@ class TemporalJoin(StateMeta):
         return None
 
     def index_memory(self) -> None:
-        """None: the temporal join keeps no index of records (its lookups are RocksDB scans)."""
+        """None: the temporal join keeps no index of records (its lookups are RocksDB reads)."""
         return None
 
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
@@ -394,6 +574,7 @@ class TemporalJoin(StateMeta):
         self._load_hints()
 
     def _load_hints(self) -> None:
+        self._ahead, self._ahead_at, self._ahead_end = [], 0, None
         if self.stream_time is not None:  # what is due by then was emitted, what is past swept
             self._due_from = PENDING + _time(self._watermark())
             self._sweep_from = GONE + _time(self._prune_point())
@@ -431,9 +612,10 @@ class TemporalKind:
     history_ms: int
     name: str = "temporal"
     table_side: Side = "right"  # the table: its null values are deletes, its ids its offsets
-    # Counters are read by key, and so is the id of a pending record; versions, pending
-    # records and deletes to sweep are scanned (the batch overlay must index them).
-    unscanned: tuple[bytes, ...] = field(default=(keys.META, PENDING_ID))
+    # Counters are read by key, and so are the id of a pending record and a key's latest
+    # version; older versions, pending records and deletes to sweep are scanned (the batch
+    # overlay must index them).
+    unscanned: tuple[bytes, ...] = field(default=(keys.META, PENDING_ID, LATEST))
 
     def __post_init__(self) -> None:
         check_parameters(self.how, self.grace_ms, self.history_ms)
