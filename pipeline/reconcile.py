@@ -194,6 +194,8 @@ def compare_results(
     from pyspark.sql import functions as F
 
     categories = RESULT_CATEGORIES + ((GLOBAL_CHANGED,) if alternatives is not None else ())
+    if "idle" not in audit.columns:  # audit records written before the `idle` option
+        audit = audit.withColumn("idle", F.lit(None).cast("boolean"))
 
     inputs = F.concat_ws(
         " ",

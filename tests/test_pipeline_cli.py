@@ -60,5 +60,7 @@ def test_each_join_kind_has_its_twin_and_another_kind_is_refused_by_name() -> No
     trades = join_of(join_parser().parse_args(["--app", "examples.trades"]))
     assert trades.join == "enrich" and trades.spec().kind.name == "temporal" and trades.spec().audit
     assert kind_module("temporal").twin is not kind_module("windowed").twin
-    with pytest.raises(UnknownKind, match=r"kind 'nope' yet \(twins exist for: windowed, temporal\)"):
+    with pytest.raises(
+        UnknownKind, match=r"kind 'nope' yet \(twins exist for: windowed, temporal, self, global\)"
+    ):
         kind_module("nope")

@@ -138,7 +138,10 @@ class Runtime:
             rekeyer = Rekeyer(spec, repartition, self, task.stats)
             self.rekeyers.append(rekeyer)
             self._by_topic.setdefault(rekeyer.source, []).append(rekeyer)
-            self.app.topics.add(repartition.source.topic)
+            # Subscribed as the join's inputs are (tables/kafka/consumer.py `subscribe`): a topic
+            # the conductor held as is would count as one a Faust stream reads, whose acks the
+            # source's commits would then wait for, and no stream acks them.
+            subscribe(self.app, repartition.source.topic)
         # A repartition topic is one of the join's inputs: placed with its co-partition group
         # (its source topic is only consumed, assigned on its own).
         declare_join(
