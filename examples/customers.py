@@ -9,13 +9,20 @@ partition count and partitioner, each order's timestamp kept), and the enrichmen
 that. Each order is written to `enriched-orders` (keyed by order id again) with the customer's
 name and tier as of the order's time, or none when the customer is not known (a left join).
 
-The batch side needs nothing more: `python -m pipeline join --app examples.customers` rekeys
-and joins the same on Spark, and `python -m pipeline reconcile --app examples.customers` checks
-the workers' results against it (through the join's audit topic).
+Each enriched order is then priced with a **global table**: `tiers` (keyed by tier name, any
+partition count) holds each tier's discount, every worker holds all of it, and `join_global`
+looks each enriched order up by its `tier` field (no rekeying, no co-partitioning): the order
+is written to `priced-orders` with its discount, or none when its tier has no entry (a left
+join).
+
+The batch side needs nothing more: `python -m pipeline join --app examples.customers --join
+enrich` rekeys and joins the same on Spark, and `python -m pipeline reconcile --app
+examples.customers --join enrich` checks the workers' results against it (through the join's
+audit topic); `--join price` does the same for the global lookup.
 
 Settings from the environment: SHOP_BROKER (kafka://localhost:9092), SHOP_APP_ID (shop),
 SHOP_DATA_DIR (shop-data), SHOP_WEB_PORT (6066), SHOP_PARTITIONS (4: the customers' and the
-join's), SHOP_ORDER_PARTITIONS (3: the orders' own, any count).
+join's), SHOP_ORDER_PARTITIONS (3: the orders' own, any count), SHOP_TIER_PARTITIONS (1: the tiers').
 """
 
 from __future__ import annotations
@@ -25,10 +32,11 @@ from datetime import timedelta
 
 import faust
 
-from tables import JoinInput, JoinResults, TandemAssignor, join_table
+from tables import JoinInput, JoinResults, TandemAssignor, join_global, join_table
 
 PARTITIONS = int(os.environ.get("SHOP_PARTITIONS", "4"))
 ORDER_PARTITIONS = int(os.environ.get("SHOP_ORDER_PARTITIONS", "3"))
+TIER_PARTITIONS = int(os.environ.get("SHOP_TIER_PARTITIONS", "1"))
 
 app = faust.App(
     os.environ.get("SHOP_APP_ID", "shop"),
@@ -61,6 +69,17 @@ class EnrichedOrder(faust.Record, serializer="json"):
     tier: str | None = None
 
 
+class Tier(faust.Record, serializer="json"):
+    discount_percent: int
+
+
+class PricedOrder(faust.Record, serializer="json"):
+    order_id: int
+    tier: str | None
+    amount_cents: int
+    discount_percent: int | None = None
+
+
 orders = app.topic(
     "shop-orders", key_type=int, key_serializer="json", value_type=Order, partitions=ORDER_PARTITIONS
 )
@@ -69,6 +88,10 @@ customers = app.topic(
 )
 enriched_orders = app.topic(
     "enriched-orders", key_type=int, key_serializer="json", value_type=EnrichedOrder, partitions=PARTITIONS
+)
+tiers = app.topic("tiers", key_type=str, key_serializer="json", value_type=Tier, partitions=TIER_PARTITIONS)
+priced_orders = app.topic(
+    "priced-orders", key_type=int, key_serializer="json", value_type=PricedOrder, partitions=PARTITIONS
 )
 
 
@@ -91,5 +114,26 @@ async def enrich(results: JoinResults[str, Order, Customer]) -> None:
                 amount_cents=order.amount_cents,
                 name=customer.name if customer else None,
                 tier=customer.tier if customer else None,
+            ),
+        )
+
+
+@join_global(
+    app,
+    enriched_orders,
+    tiers,
+    key="tier",  # looked up by the tier the enrichment found (None: no customer, no discount)
+    how="left",  # an order whose tier has no discount comes out too, with discount None
+    name="price",
+)
+async def price(results: JoinResults[int, EnrichedOrder, Tier]) -> None:
+    async for order_id, order, tier, _ts in results:
+        await priced_orders.send(
+            key=order_id,
+            value=PricedOrder(
+                order_id=order_id,
+                tier=order.tier,
+                amount_cents=order.amount_cents,
+                discount_percent=tier.discount_percent if tier else None,
             ),
         )

@@ -193,6 +193,8 @@ def test_orders_rekeyed_by_customer_enriched_through_a_kill(spark: SparkSession,
             spark_args = [
                 "--app",
                 "examples.customers",
+                "--join",
+                "enrich",
                 "--bootstrap",
                 broker.bootstrap,
                 "--master",
@@ -336,16 +338,38 @@ def _stopped(broker: EmbeddedBroker) -> bool:
     return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for task in tasks.iterdir())
 
 
+DISCOUNTS = {"bronze": 5, "gold": 10}  # the tiers' global table in the example's cluster
+
+
+def _tiers_held(c: LocalCluster) -> bool:
+    view = c.workers[0].view() or {}
+    return (view.get("global_tables", {}).get("tiers") or {}).get("entries", 0) >= len(DISCOUNTS)
+
+
 def test_the_customers_example_runs_in_a_local_cluster(tmp_path: Path) -> None:
     """`python -m tables.dev examples.customers`'s cluster: the source topic is created with
-    the join's topics (its own count), and an order comes out with its customer."""
+    the join's topics (its own count), an order comes out with its customer, and then priced
+    from the tiers' global table (every tier's discount, none for an order without a tier)."""
     with LocalCluster("examples.customers", 1, partitions=PARTITIONS, run_dir=tmp_path, cwd=REPO) as c:
         c.wait_ready()
-        counts = asyncio.run(broker_partition_counts(clients.settings_of(c.bootstrap), {"shop-orders"}))
-        assert counts == {"shop-orders": ORDER_PARTITIONS}
+        counts = asyncio.run(
+            broker_partition_counts(clients.settings_of(c.bootstrap), {"shop-orders", "tiers"})
+        )
+        assert counts == {"shop-orders": ORDER_PARTITIONS, "tiers": 1}
+        tiers = [("tiers", T0 - 60_000, tier, {"discount_percent": d}) for tier, d in DISCOUNTS.items()]
+        asyncio.run(produce(c.bootstrap, tiers))
+        deadline = time.monotonic() + 90
+        while not _tiers_held(c):  # the worker's reader follows the table while it runs
+            assert time.monotonic() < deadline, "the tiers never reached the worker's global table"
+            time.sleep(0.5)
         asyncio.run(produce(c.bootstrap, customers()))
         asyncio.run(produce(c.bootstrap, [*orders(1, 20), *ticks()]))
         out = asyncio.run(_read(c.bootstrap, "enriched-orders", lambda rs: len(rs) >= 20, 90))
+        priced = asyncio.run(
+            _read(
+                c.bootstrap, "priced-orders", lambda rs: {r["order_id"] for r in rs} >= set(range(1, 21)), 90
+            )
+        )
         view = c.workers[0].view()
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{c.workers[0].port}/metrics", timeout=10).read()
     assert view is not None
@@ -357,4 +381,8 @@ def test_the_customers_example_runs_in_a_local_cluster(tmp_path: Path) -> None:
     want = expected()
     assert {(r["order_id"], r["customer_id"], r["name"], r["tier"]) for r in out} == {
         (order_id, *want[order_id]) for order_id in range(1, 21)
+    }
+    discounts = {r["order_id"]: (r["tier"], r["discount_percent"]) for r in priced if r["order_id"] <= 20}
+    assert discounts == {
+        order_id: (want[order_id][2], DISCOUNTS.get(want[order_id][2] or "")) for order_id in range(1, 21)
     }
