@@ -15,6 +15,8 @@ import warnings
 
 from setuptools import Extension, setup
 
+BIGENDIAN = "tables/operators/_bigendian.h"
+
 try:
     from Cython.Build import cythonize
 except ImportError:
@@ -26,8 +28,11 @@ except ImportError:
 else:
     extensions = cythonize(
         [
-            Extension("tables.operators._fastjoin", ["tables/operators/_fastjoin.pyx"]),
-            Extension("tables.operators._fastwindow", ["tables/operators/_fastwindow.pyx"]),
+            # Both include tables/operators/_bigendian.h (the keys' big-endian integers).
+            Extension("tables.operators._fastjoin", ["tables/operators/_fastjoin.pyx"], depends=[BIGENDIAN]),
+            Extension(
+                "tables.operators._fastwindow", ["tables/operators/_fastwindow.pyx"], depends=[BIGENDIAN]
+            ),
             Extension("tables.records._fastcheck", ["tables/records/_fastcheck.pyx"]),
         ],
         compiler_directives={"language_level": "3"},

@@ -38,29 +38,7 @@ from tables.operators.kv import Overlay
 cdef extern from *:
     """
     #include <string.h>
-    #include <stdint.h>
-
-    #define FJ_SIGN 0x8000000000000000ULL
-
-    static inline void fj_be64(char *p, uint64_t v) {
-        for (int i = 7; i >= 0; i--) { p[i] = (char)(v & 0xff); v >>= 8; }
-    }
-
-    static inline uint64_t fj_read_be64(const char *p) {
-        uint64_t v = 0;
-        for (int i = 0; i < 8; i++) v = (v << 8) | (unsigned char)p[i];
-        return v;
-    }
-
-    static inline void fj_be32(char *p, uint32_t v) {
-        for (int i = 3; i >= 0; i--) { p[i] = (char)(v & 0xff); v >>= 8; }
-    }
-
-    static inline uint32_t fj_read_be32(const char *p) {
-        uint32_t v = 0;
-        for (int i = 0; i < 4; i++) v = (v << 8) | (unsigned char)p[i];
-        return v;
-    }
+    #include "_bigendian.h"  /* fj_be64, fj_read_be64, fj_be32, fj_read_be32, FJ_SIGN */
 
     /* Byte order of a and b, as bytes' < does it. */
     static inline int fj_cmp(const char *a, Py_ssize_t al, const char *b, Py_ssize_t bl) {

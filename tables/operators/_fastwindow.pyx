@@ -28,27 +28,12 @@ from tables.operators.kv import Overlay
 
 cdef extern from *:
     """
-    #include <stdint.h>
-    #define FW_SIGN 0x8000000000000000ULL
-
-    static inline void fw_be64(char *p, uint64_t v) {
-        for (int i = 7; i >= 0; i--) { p[i] = (char)(v & 0xff); v >>= 8; }
-    }
-
-    static inline uint64_t fw_read_be64(const char *p) {
-        uint64_t v = 0;
-        for (int i = 0; i < 8; i++) v = (v << 8) | (unsigned char)p[i];
-        return v;
-    }
-
-    static inline void fw_be32(char *p, uint32_t v) {
-        for (int i = 3; i >= 0; i--) { p[i] = (char)(v & 0xff); v >>= 8; }
-    }
+    #include "_bigendian.h"  /* fj_be64, fj_read_be64, fj_be32, FJ_SIGN: shared with _fastjoin */
     """
-    void fw_be64(char *p, uint64_t v)
-    uint64_t fw_read_be64(const char *p)
-    void fw_be32(char *p, unsigned int v)
-    uint64_t FW_SIGN
+    void fj_be64(char *p, uint64_t v)
+    uint64_t fj_read_be64(const char *p)
+    void fj_be32(char *p, unsigned int v)
+    uint64_t FJ_SIGN
 
 # Timestamps and window bounds beyond this (2**61 ms) go the Python way: below it no sum the
 # loop makes overflows 64 bits.
@@ -66,7 +51,7 @@ cdef inline bytes _prefix(char kind, char side, const char *key, Py_ssize_t kl):
     cdef char *p = PyBytes_AS_STRING(out)
     p[0] = kind
     p[1] = side
-    fw_be32(p + 2, <unsigned int>kl)
+    fj_be32(p + 2, <unsigned int>kl)
     memcpy(p + 6, key, kl)
     return out
 
@@ -77,7 +62,7 @@ cdef inline bytes _timed(bytes prefix, int64_t ts, bytes tail):
     cdef bytes out = PyBytes_FromStringAndSize(NULL, pl + 8 + tl)
     cdef char *p = PyBytes_AS_STRING(out)
     memcpy(p, PyBytes_AS_STRING(prefix), pl)
-    fw_be64(p + pl, (<uint64_t>ts) ^ FW_SIGN)
+    fj_be64(p + pl, (<uint64_t>ts) ^ FJ_SIGN)
     memcpy(p + pl + 8, PyBytes_AS_STRING(tail), tl)
     return out
 
@@ -206,7 +191,7 @@ def process_many(object join, object events):
             at = PyBytes_GET_SIZE(other)
             other_tracked = right_tracked if left else left_tracked
             for partner_key, partner in found:
-                partner_ts = <int64_t>(fw_read_be64(PyBytes_AS_STRING(partner_key) + at) ^ FW_SIGN)
+                partner_ts = <int64_t>(fj_read_be64(PyBytes_AS_STRING(partner_key) + at) ^ FJ_SIGN)
                 later = ts if ts > partner_ts else partner_ts
                 if left:
                     results.append(Match(key, value, partner[1:], later))
