@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint plan-example bench-planner chaos clean
 
 # setup.py and the .pyx: an edit of a compiled extension rebuilds it (pip install -e).
-$(STAMP): pyproject.toml setup.py tables/operators/_fastjoin.pyx tables/operators/_fastwindow.pyx tables/records/_fastcheck.pyx
+$(STAMP): pyproject.toml setup.py tables/operators/_bigendian.h tables/operators/_fastjoin.pyx tables/operators/_fastwindow.pyx tables/records/_fastcheck.pyx
 	@command -v java >/dev/null 2>&1 || { echo "installing Java 17 for PySpark"; \
 	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
