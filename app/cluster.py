@@ -81,6 +81,13 @@ def covered(workers: list[WorkerProcess], partitions: int) -> bool:
         if view is None:
             continue
         owners.extend(view["actives"])
-        if view["last_rebalance"]["seconds"] is None or view["restoring"]:
+        last = view["last_rebalance"]
+        if last["seconds"] is None or view["restoring"]:
             return False  # still restoring
+        # The join's own record of its last assignment holds every active: with the cooperative
+        # protocol the assignor has the new partitions before the join takes them (after Faust's
+        # table recovery), and a takeover not yet taken shows its old record.
+        taken = [*last.get("kept", []), *last.get("moved_warm", []), *last.get("moved_cold", [])]
+        if sorted(taken) != sorted(view["actives"]):
+            return False
     return sorted(owners) == list(range(partitions))
