@@ -53,6 +53,7 @@ from faust.tables.manager import TableManager
 from faust.transport.consumer import Consumer as FaustConsumer
 
 from assignor import internals, wire
+from assignor.faust_adapter.group import rejoin_after_followers
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ async def _on_join_complete(
             member.note_round(generation, True, owned & assigned, owned - assigned, assigned - owned)
     if member is not None and member.released():
         log.info("tandem: revoked partitions released: asking for the follow-up rebalance")
-        self.request_rejoin()
+        rejoin_after_followers(self)
 
 
 async def _eager_revoke(self: Any) -> None:

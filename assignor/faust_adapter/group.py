@@ -5,7 +5,9 @@
   (changelog end offsets for warm-ups) before it assigns, bounded in time.
 - `delay_follower_sync()`: a follower's SyncGroup after the leader's (the embedded broker
   answers an early follower a second late).
-- `request_rejoin()`: asks the group coordinator for a rebalance (probing rebalances).
+- `request_rejoin()`: asks the group coordinator for a rebalance (probing rebalances), and
+  `rejoin_after_followers()` for Tandem's own requests on the coordinator's loop (a
+  cooperative round's follow-up): not before the round's delayed followers have synced.
 """
 
 from __future__ import annotations
@@ -32,8 +34,32 @@ def request_rejoin(app: AppT) -> bool:
     consumer = getattr(thread, "_consumer", None) if thread is not None else None
     if consumer is None or consumer._coordinator is None:
         return False
-    thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)  # type: ignore[union-attr]
+    thread.thread_loop.call_soon_threadsafe(rejoin_after_followers, consumer._coordinator)  # type: ignore[union-attr]
     return True
+
+
+# The follower SyncGroup delay this process runs with (`delay_follower_sync`), and when this
+# member's last round ended (its SyncGroup answered), per coordinator.
+_FOLLOWER_SYNC_DELAY = {"seconds": 0.0}
+_SYNCED_AT = "_tandem_synced_at"
+
+
+def rejoin_after_followers(coordinator: Any) -> None:
+    """`coordinator.request_rejoin()`, on its loop, once every follower of the round that just
+    ended has sent its delayed SyncGroup (twice the delay after this member's own sync).
+    On the embedded broker a follower's SyncGroup that reaches it after a new JoinGroup is
+    never answered: the follower waits out its request timeout, out of the group, and a
+    partition revoked for it stays unowned meanwhile. A member released its revoked
+    partitions, or a warm-up caught up, well within that time after a round; without the
+    delay (real Kafka) the request is immediate."""
+    delay = _FOLLOWER_SYNC_DELAY["seconds"]
+    synced_at = getattr(coordinator, _SYNCED_AT, None)
+    loop = asyncio.get_running_loop()
+    wait = 0.0 if delay <= 0 or synced_at is None else synced_at + 2 * delay - loop.time()
+    if wait <= 0:
+        coordinator.request_rejoin()
+    else:
+        loop.call_later(wait, coordinator.request_rejoin)
 
 
 _ORIGINAL_JOIN = gc.CoordinatorGroupRebalance.perform_group_join
@@ -60,7 +86,15 @@ async def _perform_group_join(self: Any) -> tuple[str, bytes] | None:
         if starting is not None:
             starting()  # e.g. look up end offsets while the broker holds the JoinGroup
     if len(self._assignors) < 2:
-        return await _ORIGINAL_JOIN(self)
+        joined = await _ORIGINAL_JOIN(self)
+    else:
+        joined = await _join_every_protocol(self)
+    if joined is not None:
+        setattr(self._coordinator, _SYNCED_AT, asyncio.get_running_loop().time())
+    return joined
+
+
+async def _join_every_protocol(self: Any) -> tuple[str, bytes] | None:
     protocols = [(a.name, _encoded(a.metadata(self._subscription.topics))) for a in self._assignors]
     response = await _join(self, protocols)
     if response is None:
@@ -152,6 +186,7 @@ def delay_follower_sync(seconds: float) -> None:
 
     on_join_follower.tandem_delay = seconds  # type: ignore[attr-defined]
     gc.CoordinatorGroupRebalance._on_join_follower = on_join_follower
+    _FOLLOWER_SYNC_DELAY["seconds"] = seconds
 
 
 internals.require(
