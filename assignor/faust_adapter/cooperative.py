@@ -20,8 +20,9 @@ was cooperative (the leader said so in this member's assignment: wire version 3)
   revoked partitions (not `stop_flow`, `flow_control.suspend/clear` and the pause of the whole
   assignment); the assign pauses only the newly assigned ones until recovery resumes them, and
   the seek to committed offsets that follows recovery seeks only those (the kept ones go on
-  from where they are). An app with Faust tables pauses the kept partitions too, from the
-  assignment until Faust's recovery ends (`_assign` says why): not through the join.
+  from where they are). Faust's table recovery replays only the table partitions that moved
+  here (or turned from standby to active): a kept one's store is current, and replaying it
+  under a partition still writing could overwrite newer values (`_recover_only_what_moved`).
 
 An assignment of an eager round (a member without the setting joined) after this member kept
 its partitions through the join: everything is revoked first, as an eager prepare would have
@@ -50,6 +51,7 @@ from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.structs import TopicPartition
 from faust.app.base import App as FaustApp
 from faust.tables.manager import TableManager
+from faust.tables.recovery import Recovery
 from faust.transport.consumer import Consumer as FaustConsumer
 
 from assignor import internals, wire
@@ -189,6 +191,7 @@ async def _cooperative_complete(self: Any, assignor: Any, assignment: Any) -> No
     owned = set(old.tps) if old is not None and old.active else set()
     assigned = set(assignment.partitions())
     revoked, added = owned - assigned, assigned - owned
+    prior_actives = set(assignor.assigned_actives())  # Faust's actives before this round
     assignor.on_assignment(assignment)
     log.info(
         "tandem: cooperative round: kept %s, revoked %s, newly assigned %s",
@@ -199,7 +202,7 @@ async def _cooperative_complete(self: Any, assignor: Any, assignment: Any) -> No
     # Read before the listener, whose revoke marks Faust's app as rebalancing again.
     app = getattr(_member(self), "app", None)
     settled = app is not None and getattr(app, "rebalancing", True) is False
-    with narrowing(self, True, settled):
+    with narrowing(self, True, settled, prior_actives):
         await _listener(self, "on_partitions_revoked", revoked)  # released before reassigning
         keep_states(state, assigned)
         subscription = state.subscription
@@ -252,6 +255,8 @@ class _Narrowing:
         # Faust had finished its last rebalance (its recovery resumed the streams) when this
         # round began: a round that changes nothing here then needs no recovery at all.
         self.settled = False
+        # The partitions (changelogs included) this worker had active before the round.
+        self.prior_actives: set[Any] = set()
 
 
 # Per consumer: its subscription state, which its group coordinator and the app both reach.
@@ -259,14 +264,18 @@ _NARROWING: weakref.WeakKeyDictionary[Any, _Narrowing] = weakref.WeakKeyDictiona
 
 
 class narrowing:  # noqa: N801 (a context manager, used like a function)
-    def __init__(self, coordinator: Any, active: bool, settled: bool = False) -> None:
+    def __init__(
+        self, coordinator: Any, active: bool, settled: bool = False, prior_actives: set[Any] | None = None
+    ) -> None:
         self.state = _NARROWING.setdefault(coordinator._subscription, _Narrowing())
         self.active = active
         self.settled = settled
+        self.prior_actives = prior_actives or set()
 
     def __enter__(self) -> None:
         self.state.active = self.active
         self.state.settled = self.settled
+        self.state.prior_actives = self.prior_actives
 
     def __exit__(self, *exc: object) -> None:
         self.state.active = False
@@ -327,22 +336,33 @@ async def _assign(app: Any, original: Assign, assigned: set[Any], generation_id:
         if not revoked and not newly_assigned and state.settled:
             await _unchanged(app, assigned)
             return
-        if app.tables:
-            # Faust's recovery restarts for every active table partition, kept ones included,
-            # and replays its changelog from the store's persisted offset into the table: a kept
-            # partition writing to it meanwhile could see an older value of its own replayed
-            # over a newer one. So with Faust tables everything waits for the recovery (as
-            # eagerly, but after the assignment, not through the whole join), with every
-            # changelog write flushed first: the kept partitions have nothing to replay.
-            await app._producer_flush(log)
-            app.consumer.pause_partitions(assigned)
-        else:
-            app.consumer.pause_partitions(newly_assigned)  # until recovery resumes them
+        app.consumer.pause_partitions(newly_assigned)  # until recovery resumes them
         await app.topics.on_partitions_assigned(assigned)
         await app.tables.on_rebalance(assigned, revoked, newly_assigned, generation_id)
+        # Before anything else runs (the recovery starts when this task yields):
+        _recover_only_what_moved(app, state.prior_actives)
         await app.on_partitions_assigned.send(assigned)
     except Exception as exc:
         await app.crash(exc)
+
+
+def _recover_only_what_moved(app: Any, prior_actives: set[Any]) -> None:
+    """Take the table partitions this worker had active before the round and still has out of
+    the recovery Faust just planned. Faust restarts its recovery for every active table
+    partition and replays each changelog from its store's persisted offset: a kept partition,
+    still running (not paused), would meanwhile write newer values that the replay of its own
+    older changelog records could overwrite; and pausing it instead stops it for the whole
+    recovery. Its store is current already (this worker wrote it, and nobody else did), so it
+    has nothing to recover. A partition that turned from standby to active, or was newly
+    assigned, is recovered as before."""
+    recovery = app.tables._recovery
+    kept = prior_actives & set(app.assignor.assigned_actives())
+    for tp in kept & set(recovery.active_tps):
+        recovery.active_tps.discard(tp)
+        recovery.active_offsets.pop(tp, None)
+        table = recovery.tp_to_table.get(tp)
+        if table is not None:
+            recovery.actives_for_table.get(table, set()).discard(tp)
 
 
 async def _unchanged(app: Any, assigned: set[Any]) -> None:
@@ -432,4 +452,7 @@ internals.require(
 internals.require(__name__, gc.GroupCoordinator, "generation", "member_id", instance=True)
 internals.require(__name__, JoinGroupRequest, "UNKNOWN_MEMBER_ID")
 internals.require(__name__, FaustApp, "rebalancing", "on_rebalance_end")
-internals.require(__name__, TableManager, "on_actives_ready", "on_standbys_ready")
+internals.require(__name__, TableManager, "on_actives_ready", "on_standbys_ready", "_recovery")
+internals.require(
+    __name__, Recovery, "active_tps", "active_offsets", "actives_for_table", "tp_to_table", instance=True
+)
