@@ -21,6 +21,7 @@ declared to `internals.require` below, and checked at start.
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, cast
@@ -38,6 +39,7 @@ from assignor import internals
 from assignor.faust_adapter import TandemConsumer, TandemConsumerThread
 from tables.records.sides import Record
 
+RECOMMIT_S = 5.0  # a join input's unmoved committed offset is committed again this often
 SEEK_TIMEOUT_S = 10.0  # the consumer thread stopping while the call waits: give up (bounded)
 
 
@@ -321,9 +323,37 @@ class JoinConsumer(TandemConsumer):
         yield from super()._filter_tps_with_pending_acks(topics)
         taker = self._taker
         if taker is not None:
-            for tp in taker.progressed():
+            progressed = set(taker.progressed())
+            for tp in [*progressed, *self._recommits_due(taker, progressed)]:
                 if topics is None or tp in topics or tp.topic in topics:
                     yield tp
+
+    def _recommits_due(self, taker: RecordTaker, progressed: set[TP]) -> list[TP]:
+        """Assigned partitions of the joins whose offset has not moved since Faust last
+        committed it, every RECOMMIT_S: committed again, as aiokafka's auto-commit commits
+        every position at each interval. Faust commits an offset once, and never again while
+        it does not move; in chaos runs with the cooperative protocol (a broker stall, members
+        that lost their membership and rejoined) a worker's record of what it had committed
+        was ahead of the group's committed offset on the broker, for partitions it owned and
+        had read to the end: nothing moved them again, and their records would all have been
+        read again after the next failure. The cause was not isolated; the repeat mends it."""
+        now = time.monotonic()
+        due: list[TP] = []
+        checked = self.__dict__.setdefault("_recommit_checked", {})
+        for tp in self.assignment():
+            if tp in progressed or not taker.takes(tp.topic):
+                continue
+            if now - checked.setdefault(tp, now) >= RECOMMIT_S:
+                checked[tp] = now
+                due.append(tp)
+        self.__dict__["_recommitting"] = set(due)
+        return due
+
+    def _should_commit(self, tp: TP, offset: int) -> bool:
+        if super()._should_commit(tp, offset):
+            return True
+        recommitting: set[TP] = self.__dict__.get("_recommitting", set())
+        return tp in recommitting and offset == self._committed_offset.get(tp)
 
     async def wait_empty(self) -> None:
         taker = self._taker
@@ -399,6 +429,7 @@ internals.require(
 )
 internals.require(__name__, FaustConsumer, "wait_empty", "should_stop")
 internals.require(__name__, FaustConsumer, "_committed_offset", "_read_offset", instance=True)
+internals.require(__name__, FaustConsumer, "_should_commit", "assignment")
 internals.require(__name__, FaustConsumer, "_acked", "_acked_index", "_gap", instance=True)
 internals.require(__name__, FaustConsumer, "on_partitions_revoked")
 internals.require(__name__, Consumer, "_thread", instance=True)
