@@ -440,6 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also reconcile the audit deduped by fingerprint, with no duplicate allowed",
     )
+    p.add_argument(
+        "--protocol",
+        choices=["eager", "cooperative"],
+        default=None,
+        help="TANDEM_REBALANCE_PROTOCOL of every worker (default: the workers' own default)",
+    )
     p.add_argument("--no-reconcile", action="store_true", help="skip the Spark judge")
     p.add_argument("--json", type=Path, help="write the figures here too")
     return p
@@ -463,6 +469,7 @@ def _workers(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, run_
             standby_replicas=args.standby_replicas,
             partitions=s.partitions,
             topic_prefix=s.topic_prefix,
+            extra_env={} if args.protocol is None else {"TANDEM_REBALANCE_PROTOCOL": args.protocol},
         )  # fmt: skip
         for i in range(args.workers)
     ]
@@ -491,8 +498,22 @@ def _drain(bootstrap: str, s: Settings, workers: list[WorkerProcess], timeout: f
         return left == 0 and _all_answer(workers) and covered(workers, s.partitions)
 
     if not wait_for(drained, timeout, interval=5.0):
-        raise TimeoutError(f"not drained within {timeout} s")
+        behind = asyncio.run(_partitions_behind(bootstrap, s))
+        raise TimeoutError(f"not drained within {timeout} s: (committed, end) of partitions behind: {behind}")
     return time.monotonic() - began
+
+
+async def _partitions_behind(bootstrap: str, s: Settings) -> dict[str, tuple[int, int]]:
+    """Input partitions whose group's committed offset is short of their end."""
+    topics = [s.impressions, s.clicks]
+    done = await committed(bootstrap, s.app_id, topics, s.partitions)
+    found = {}
+    for topic in topics:
+        for partition, end in (await high_watermarks(bootstrap, topic, s.partitions)).items():
+            offset = done.get((topic, partition), -1)
+            if offset < end:
+                found[f"{topic}:{partition}"] = (offset, end)
+    return found
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -546,7 +567,8 @@ def _judge(args: argparse.Namespace, broker: EmbeddedBroker, s: Settings, gen: G
     letters = asyncio.run(read_all(broker.bootstrap, s.dead_letters, s.partitions))
     figures: dict[str, Any] = {
         "events": sent, "workers": len(chaos.workers), "partitions": s.partitions,
-        "standby_replicas": args.standby_replicas, "kills": chaos.kills,
+        "standby_replicas": args.standby_replicas, "protocol": args.protocol or "default",
+        "kills": chaos.kills,
         "broker_pauses": chaos.pauses, "broker_paused_s": round(chaos.paused_s, 1),
         "generated": gen.counts, "output": judge_output(output, gen.expected),
         "dead_letters": judge_dead_letters(letters, bad_places),

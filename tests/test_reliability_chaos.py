@@ -16,11 +16,12 @@ from app.chaos import build_parser, run
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.timeout(330)]
 
 
-def test_chaos_small_nothing_lost_nothing_spurious(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_chaos_small_nothing_lost_nothing_spurious(tmp_path: Path, protocol: str) -> None:
     args = build_parser().parse_args([
         "--events", "2500", "--rate", "400", "--workers", "3", "--kills", "3", "--pauses", "1",
         "--gap", "2", "4", "--down", "2", "--pause-s", "2", "4", "--drain-timeout", "150",
-        "--seed", "3", "--run-dir", str(tmp_path / "run"),
+        "--seed", "3", "--run-dir", str(tmp_path / "run"), "--protocol", protocol,
     ])  # fmt: skip
     figures = run(args)
     out, letters, judged = figures["output"], figures["dead_letters"], figures["reconcile"]
