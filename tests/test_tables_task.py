@@ -95,3 +95,28 @@ async def test_an_input_let_go_for_its_silence_is_counted_in_the_view_and_metric
         _collect_join(families, "paid", task, tmp_path)
         samples = {s.labels["side"]: s.value for s in families.by_name["tandem_align_let_go"].samples}
         assert samples == {"left": 0, "right": 1}
+
+
+async def test_records_fetched_while_their_partition_restores_are_read_again_once_it_is_ready() -> None:
+    """A fetch in flight when an assignment comes can hold records of a partition the new
+    assignment holds back for its restore. The batch leaves them out, and its input is set
+    back to them: once the partition is restored they are read again and joined (they were
+    lost, the partition stalled for good, when they were only left out)."""
+    app, paid, t = orders_app(how="inner")
+    async with JoinTestDriver(paid, partitions=1) as d:
+        task = d._running()
+        assert task.state is not None
+        orders, payments = TP("orders", 0), TP("payments", 0)
+        _, key, raw_order = d._serializers.for_topic(t["orders"])
+        _, key_p, raw_payment = d._serializers.for_topic(t["payments"])
+        d.inputs.append(orders, MemoryRecord(key(2), raw_order(order(2)), 1_000, [], 0))
+        d.inputs.append(payments, MemoryRecord(key_p(2), raw_payment(payment(2)), 1_500, [], 0))
+        task.state.ready.discard(0)  # restoring, as a newly assigned partition is
+        await task.batch([d.inputs.fetch(paused=set())])
+        assert d.results() == [] and task.commit_offset(orders) is None  # not joined, nothing to commit
+        assert d.inputs.pending()  # set back to the records left out
+        task.state.ready.add(0)  # restored (as JoinState.restore hands it over)
+        task._ready(0)
+        await task.batch([d.inputs.fetch(paused=set())])
+        assert [(r.key, r.left.order_id, r.right.payment_id) for r in d.results()] == [(2, 2, "p2")]
+        assert (task.commit_offset(orders), task.commit_offset(payments)) == (1, 1)

@@ -79,17 +79,22 @@ class Intake:
 
     # -- a batch's records ------------------------------------------------------------
 
-    def take(self, fetches: list[Fetch], ready: set[int]) -> list[Fetch]:
+    def take(self, fetches: list[Fetch], ready: set[int]) -> tuple[list[Fetch], Fetch]:
         """The deferred records now resumed, then `fetches`, in that order, as the batch
-        sees them: records of partitions not ready are left out (read again once they are),
-        and records of paused inputs are deferred."""
+        sees them, and the records left out because their partition is not ready (still
+        restoring, or not assigned here yet): the caller sets those partitions back so that
+        they are read again. Records of paused inputs are deferred."""
         taken: list[Fetch] = []
+        not_ready: Fetch = {}
         resumed = self._resume_deferred()
         upto = dict(self.read_next)  # the next offset not yet taken, per input partition
         for fetch in [resumed, *fetches]:
             kept: Fetch = {}
             for tp, records in fetch.items():
-                if tp.partition not in ready or not records:
+                if not records:
+                    continue
+                if tp.partition not in ready:
+                    not_ready.setdefault(tp, []).extend(records)
                     continue
                 done = upto.get(tp)
                 if done is not None and records[0].offset < done and fetch is not resumed:
@@ -108,7 +113,7 @@ class Intake:
                     continue
                 kept[tp] = records
             taken.append(kept)
-        return taken
+        return taken, not_ready
 
     def _skip_rereads(self, tp: TP, records: list[InputRecord]) -> list[InputRecord]:
         """`records` without those the state already holds (counted as re-reads); the resume

@@ -374,7 +374,14 @@ class JoinTask:
         intake = self.intake
         letters: list[Letter] = []
         touched: set[int] = set()
-        for fetch in intake.take(fetches, state.ready):
+        taken, not_ready = intake.take(fetches, state.ready)
+        if not_ready:
+            # Fetched before the partition was held back for its restore (a fetch in flight
+            # when the assignment came): its position is past them, so without a rewind they
+            # would never be read (a moved partition then stalled for good, seen under the
+            # cooperative protocol, where the newly assigned inputs are fetched at once).
+            await self.dropped(not_ready)
+        for fetch in taken:
             for tp, records in fetch.items():
                 for start in range(0, len(records), CHUNK_RECORDS):
                     intake.check(tp, records[start : start + CHUNK_RECORDS], letters)
