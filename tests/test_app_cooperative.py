@@ -137,7 +137,7 @@ def test_a_rolling_upgrade_from_eager_switches_once_every_member_is_cooperative(
     eager the group runs eager rounds (no worker keeps anything through a join); once all have
     the setting, the group runs cooperative rounds, through a second rolling restart and a
     leave; nothing is lost on the way, nothing spurious."""
-    with cluster(broker, unique, tmp_path) as c:
+    with cluster(broker, unique, tmp_path, worker_env={"TANDEM_REBALANCE_PROTOCOL": "eager"}) as c:
         workers = [c.worker(f"w{i}", f"host-{i}").start() for i in (1, 2, 3)]
         c.wait_covered(90)
         assert wait_for(lambda: _settled(workers, "eager"), 60), f"not settled; logs in {tmp_path}"

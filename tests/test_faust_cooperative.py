@@ -65,8 +65,8 @@ def _decoded(out: dict[str, object]) -> dict[str, Assignment]:
 # -- the setting -------------------------------------------------------------------------------
 
 
-def test_the_setting_defaults_to_eager_and_reads_the_environment() -> None:
-    assert TandemSettings.from_env({}).rebalance_protocol == "eager"
+def test_the_setting_defaults_to_cooperative_and_reads_the_environment() -> None:
+    assert TandemSettings.from_env({}).rebalance_protocol == "cooperative"
     assert TandemSettings.from_env({"TANDEM_REBALANCE_PROTOCOL": "Cooperative"}).cooperative
     assert not TandemSettings.from_env({"TANDEM_REBALANCE_PROTOCOL": "eager"}).cooperative
 

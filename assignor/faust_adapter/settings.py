@@ -14,7 +14,7 @@
 | fetch_max_wait_ms | TANDEM_FETCH_MAX_WAIT_MS | 1500 (Faust's); the embedded broker needs ~100 |
 | follower_sync_delay_ms | TANDEM_FOLLOWER_SYNC_DELAY_MS | 0; the embedded broker needs ~150 |
 | fetch_high_watermarks | TANDEM_FETCH_HIGH_WATERMARKS | false; true on the embedded broker |
-| rebalance_protocol | TANDEM_REBALANCE_PROTOCOL | eager; cooperative: KIP-429 rounds (docs/operations.md) |
+| rebalance_protocol | TANDEM_REBALANCE_PROTOCOL | cooperative: KIP-429 rounds (docs/operations.md); eager |
 
 Explicit arguments to :meth:`TandemSettings.from_env` win over the environment,
 which wins over the defaults.
@@ -63,7 +63,7 @@ class TandemSettings:
     # eager: every member gives up everything at each rebalance (aiokafka's and Faust's way);
     # cooperative: members keep what stays theirs, a moving task is revoked, then assigned in
     # a follow-up rebalance (KIP-429; docs/planner.md sections 8-9).
-    rebalance_protocol: str = "eager"
+    rebalance_protocol: str = "cooperative"
 
     def __post_init__(self) -> None:
         if self.rebalance_protocol not in REBALANCE_PROTOCOLS:
