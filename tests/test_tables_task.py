@@ -120,3 +120,26 @@ async def test_records_fetched_while_their_partition_restores_are_read_again_onc
         await task.batch([d.inputs.fetch(paused=set())])
         assert [(r.key, r.left.order_id, r.right.payment_id) for r in d.results()] == [(2, 2, "p2")]
         assert (task.commit_offset(orders), task.commit_offset(payments)) == (1, 1)
+
+
+async def test_the_view_shows_each_input_partition_read_commit_and_committed_offsets() -> None:
+    """`offsets` in the join's view: where each input partition is read to, what the join
+    lets the group commit (not past a record it holds) and what was committed."""
+    app, paid, t = orders_app(how="inner")
+    async with JoinTestDriver(paid, partitions=1) as d:
+        task = d._running()
+        orders, payments = TP("orders", 0), TP("payments", 0)
+        _, key, raw_order = d._serializers.for_topic(t["orders"])
+        _, key_p, raw_payment = d._serializers.for_topic(t["payments"])
+        d.inputs.append(payments, MemoryRecord(key_p(2), raw_payment(payment(2)), 1_500, [], 0))
+        d.inputs.append(orders, MemoryRecord(key(1), raw_order(order(1)), 1_000, [], 0))
+        d.inputs.append(orders, MemoryRecord(key(2), raw_order(order(2)), 1_200, [], 1))
+        await task.batch([d.inputs.fetch(paused={payments})])  # the orders alone: held
+        offsets = join_view(task)["offsets"]
+        assert set(offsets) == {"orders:0", "payments:0"}
+        assert offsets["orders:0"] == {"read_next": 2, "commit_at": 0, "committed": None}
+        await task.batch([d.inputs.fetch(paused=set())])  # then the payment: all joined
+        d.inputs.commit({orders: task.commit_offset(orders), payments: task.commit_offset(payments)})
+        offsets = join_view(task)["offsets"]
+        assert offsets["orders:0"] == {"read_next": 2, "commit_at": 2, "committed": 2}
+        assert offsets["payments:0"] == {"read_next": 1, "commit_at": 1, "committed": 1}

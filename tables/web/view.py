@@ -7,7 +7,7 @@ import time
 from html import escape
 from typing import Any
 
-from faust.types import AppT
+from faust.types import TP, AppT
 from faust.web import Request, Response, View
 
 from tables.kafka.consumer import kafka_consumer, member_id
@@ -91,6 +91,26 @@ def loop_view(runtime: Runtime) -> dict[str, Any]:
     }
 
 
+def input_offsets(task: JoinTask, actives: list[int]) -> dict[str, dict[str, int | None]]:
+    """Per active input partition ("topic:partition"): the next offset the join reads
+    (`read_next`), the offset it lets the group commit (`commit_at`: never past a record it
+    still holds) and the one this worker last committed (`committed`). A partition whose
+    `committed` stays behind `commit_at` is one whose commits the broker refuses; one whose
+    `read_next` stays put while its lag grows is not being fetched. None: not known yet."""
+    intake = task.intake
+    committed = intake.offsets.committed()
+    found: dict[str, dict[str, int | None]] = {}
+    for topic in task.spec.topics:
+        for partition in actives:
+            tp = TP(topic, partition)
+            found[f"{topic}:{partition}"] = {
+                "read_next": intake.read_next.get(tp),
+                "commit_at": intake.commit_at.get(tp),
+                "committed": committed.get(tp),
+            }
+    return found
+
+
 def join_view(task: JoinTask) -> dict[str, Any]:
     """One join on this worker: its partitions, restores, lag, counters and rebalances."""
     spec, stats, state, held = task.spec, task.stats, task.state, task.input_snapshot()
@@ -123,6 +143,7 @@ def join_view(task: JoinTask) -> dict[str, Any]:
             for p, r in sorted(restoring.items())
         },
         "lag": {str(p): task.input_lag(p) for p in actives},
+        "offsets": input_offsets(task, actives),
         "standby_lag": {
             str(p): n for p, n in sorted(state.recovery.standby_lag.items()) if p not in state.warming
         }
