@@ -10,6 +10,7 @@ from pathlib import Path
 from faust.types import TP
 
 from tables.records.alignment import MAX_WAIT_UNHEARD_S
+from tables.records.partitioners import partition_for
 from tables.testing import JoinTestDriver
 from tables.testing.memory import MemoryRecord
 from tables.web.metrics import _collect_join, _Families
@@ -143,3 +144,29 @@ async def test_the_view_shows_each_input_partition_read_commit_and_committed_off
         offsets = join_view(task)["offsets"]
         assert offsets["orders:0"] == {"read_next": 2, "commit_at": 2, "committed": 2}
         assert offsets["payments:0"] == {"read_next": 1, "commit_at": 1, "committed": 1}
+
+
+async def test_a_cooperative_revoke_hands_over_its_partitions_and_the_kept_ones_go_on_as_they_are() -> None:
+    """`quiesce(partitions)` (a cooperative revoke) drops what the join holds of the revoked
+    partitions only; the next assignment keeps what the kept partition holds and its position
+    (nothing read again), and its held order joins when its payment comes. (Before, a
+    cooperative round dropped what every partition held, and read it all again.)"""
+    app, paid, t = orders_app(how="inner")
+    async with JoinTestDriver(paid, partitions=2) as d:
+        task = d._running()
+        _, key, raw_order = d._serializers.for_topic(t["orders"])
+        _, key_p, raw_payment = d._serializers.for_topic(t["payments"])
+        ids = {partition_for(key(i), 2, "murmur2"): i for i in range(1, 20)}  # an order id per partition
+        payments = {TP("payments", p) for p in (0, 1)}
+        for p, i in ids.items():  # each payment on the broker, not fetched yet: the orders wait for it
+            d.inputs.append(TP("payments", p), MemoryRecord(key_p(i), raw_payment(payment(i)), 1_500, [], 0))
+            d.inputs.append(TP("orders", p), MemoryRecord(key(i), raw_order(order(i)), 1_000, [], 0))
+        await task.batch([d.inputs.fetch(paused=payments)])  # both orders held
+        assert task.input_snapshot().held == 2
+        await task.quiesce({1})  # partition 1 goes to another worker
+        assert task.intake.aligner.held(0) == 1 and task.intake.aligner.held(1) == 0
+        await task.assign({0}, set(), epoch=2)
+        assert task.input_snapshot().held == 1 and not d.inputs.pending(paused=payments)  # nothing read again
+        await task.batch([d.inputs.fetch(paused={TP("payments", 1)})])
+        assert [r.key for r in d.results()] == [ids[0]]
+        assert join_view(task)["rereads"] == 0 and task.counters()["duplicates"] == 0

@@ -18,11 +18,13 @@ was cooperative (the leader said so in this member's assignment: wire version 3)
   something asks for the follow-up rebalance once it has released it.
 - Faust's handlers (`narrow_faust_handlers`): the revoke pauses, drains and commits only the
   revoked partitions (not `stop_flow`, `flow_control.suspend/clear` and the pause of the whole
-  assignment); the assign pauses only the newly assigned ones until recovery resumes them, and
-  the seek to committed offsets that follows recovery seeks only those (the kept ones go on
-  from where they are). Faust's table recovery replays only the table partitions that moved
-  here (or turned from standby to active): a kept one's store is current, and replaying it
-  under a partition still writing could overwrite newer values (`_recover_only_what_moved`).
+  assignment; the join runtime's consumer hands over only those: `wait_empty_of`); the
+  assign drains nothing (the join runtime waits for its own batch in flight) and pauses only
+  the newly assigned ones until recovery resumes them, and the seek to committed offsets
+  that follows recovery seeks only those (the kept ones go on from where they are). Faust's
+  table recovery replays only the table partitions that moved here (or turned from standby
+  to active): a kept one's store is current, and replaying it under a partition still
+  writing could overwrite newer values (`_recover_only_what_moved`).
 
 An assignment of an eager round (a member without the setting joined) after this member kept
 its partitions through the join: everything is revoked first, as an eager prepare would have
@@ -309,11 +311,24 @@ async def _revoke(app: Any, original: Revoke, revoked: set[Any]) -> None:
         if revoked:
             consumer = app.consumer
             consumer.pause_partitions(revoked)
-            await app._consumer_wait_empty(consumer, log)  # drains the joins, commits
+            await _wait_empty_of(app, consumer, revoked)  # hands the revoked over, commits
             await app._producer_flush(log)
         await app.on_partitions_revoked.send(revoked)
     except Exception as exc:
         await app.crash(exc)
+
+
+async def _wait_empty_of(app: Any, consumer: Any, revoked: set[Any]) -> None:
+    """Faust's wait for the events in flight before a revoke's commit (`_consumer_wait_empty`),
+    told which partitions go: a consumer that can (the join runtime's, `wait_empty_of`) hands
+    over only those, and its joins go on with the others."""
+    if not app.conf.stream_wait_empty:
+        return
+    narrowed = getattr(consumer, "wait_empty_of", None)
+    if narrowed is None:
+        await consumer.wait_empty()
+    else:
+        await narrowed(revoked)
 
 
 async def _assign(app: Any, original: Assign, assigned: set[Any], generation_id: int = 0) -> None:
@@ -327,10 +342,8 @@ async def _assign(app: Any, original: Assign, assigned: set[Any], generation_id:
     revoked, newly_assigned = app._update_assignment(assigned)
     state.seek_only = set(newly_assigned)
     try:
-        # The app's handlers of an assignment (the join runtime's among them) were written for
-        # streams drained by a revoke: drain them here too (the batch in flight finishes, what
-        # is queued is read again), else they would reassign under a batch still running.
-        await app._consumer_wait_empty(app.consumer, log)
+        # Nothing is drained here: the revoke handed over what goes, and the join runtime's
+        # handler of the assignment waits for its batch in flight itself (JoinTask.assign).
         await app.agents.on_rebalance(revoked, newly_assigned)
         await app.topics.maybe_wait_for_subscriptions()
         if not revoked and not newly_assigned and state.settled:
@@ -444,7 +457,6 @@ internals.require(
     __name__,
     FaustApp,
     "_update_assignment",
-    "_consumer_wait_empty",
     "_producer_flush",
     "in_transaction",
     "unassigned",

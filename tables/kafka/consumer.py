@@ -87,8 +87,9 @@ class RecordTaker(Protocol):
         """Taken partitions with something new to commit."""
         ...
 
-    async def quiesce(self) -> None:
-        """Finish or drop in-flight work before Faust commits for a revocation or a stop."""
+    async def quiesce(self, partitions: set[TP] | None = None) -> None:
+        """Finish or drop in-flight work before Faust commits for a revocation or a stop
+        (`partitions`: a cooperative revoke's, the only ones handed over)."""
         ...
 
     async def dropped(self, records: dict[TP, list[Any]]) -> None:
@@ -253,11 +254,17 @@ class JoinConsumer(TandemConsumer):
                     taken[tp] = records.pop(tp)  # type: ignore[attr-defined]
             if not taken:
                 pass
-            elif self.flow_active and generation == self.app.consumer_generation_id:
+            elif self.flow_active and (generation == self.app.consumer_generation_id or self._kept_through()):
                 await taker.take(taken)
             else:  # fetched across a rebalance: not taken, and read again (Faust seeks only
                 await taker.dropped(taken)  # partitions with a commit above 0)
         return records, active
+
+    def _kept_through(self) -> bool:
+        """Whether the round that just ended was cooperative: the partitions this worker kept
+        were not set back (their fetch positions stood), so a fetch that spanned the round is
+        theirs to take; a partition revoked or newly assigned in it is dropped by the join."""
+        return bool(getattr(self.app.assignor, "cooperative_round", False))
 
     async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
         # Faust's own set of active partitions is mutated in place by its pause/resume:
@@ -371,6 +378,15 @@ class JoinConsumer(TandemConsumer):
         taker = self._taker
         if taker is not None:
             await taker.quiesce()
+        await super().wait_empty()
+
+    async def wait_empty_of(self, partitions: set[TP]) -> None:
+        """A cooperative revoke's wait (assignor/faust_adapter/cooperative.py): the joins hand
+        over `partitions` only, and go on with the others; then Faust's own wait for its
+        streams' events in flight, and its commit."""
+        taker = self._taker
+        if taker is not None:
+            await taker.quiesce(partitions)
         await super().wait_empty()
 
 

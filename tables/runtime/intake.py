@@ -283,11 +283,25 @@ class Intake:
         self.note_ahead()
         return held
 
+    def hand_over(self, partitions: set[int]) -> int:
+        """Partitions handed over (a cooperative revoke): drop what is held or deferred of
+        them (their next owner reads it from the committed offset), keeping the offsets that
+        are committed for the handover; how many records were held."""
+        held = 0
+        for partition in partitions:
+            held += self.aligner.held(partition)
+            self.aligner.drop_partition(partition)
+        for tp in [tp for tp in self.deferred if tp.partition in partitions]:
+            del self.deferred[tp]
+        self.note_ahead()
+        return held
+
     def keep_only(self, active: set[int]) -> None:
         """A new assignment: forget the partitions no longer active here."""
         for partition in set(self.aligner.holding()) - active:
             self.aligner.drop_partition(partition)
-        self.deferred = {}
+        # (A kept partition's deferred records stay: a cooperative round keeps what it fetched.)
+        self.deferred = {tp: records for tp, records in self.deferred.items() if tp.partition in active}
         for tp in [tp for tp in self.read_next if tp.partition not in active]:
             self.read_next.pop(tp, None)
             self.commit_at.pop(tp, None)

@@ -153,7 +153,10 @@ class JoinTask:
         self._last_turn = time.monotonic()  # when this task last let the event loop run
         self._leftover: deque[Fetch] = deque()  # the rest of a cut fetch
         self._working = asyncio.Lock()
-        self._revoking = False
+        self._revoking = False  # a full quiesce (eager revoke, stop): nothing is taken until assigned
+        # Partitions handed over by a cooperative revoke: their records are dropped, not joined,
+        # until the next assignment (the others go on as they are).
+        self._released: set[int] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._restore: Restore | None = None
         self._dropped_from: dict[TP, int] = {}  # first offset dropped since the last assignment
@@ -195,6 +198,8 @@ class JoinTask:
         if self._revoking:
             await self.dropped(records)  # read again after the rebalance
             return
+        if self._released:
+            records = self._without_released(records)
         monitor = getattr(self.app, "monitor", None)
         if monitor is not None:  # Faust's livelock detector watches this
             now = time.monotonic()
@@ -228,8 +233,15 @@ class JoinTask:
             if self._revoking or self.state is None:
                 await self.dropped(merge_fetches(fetches))  # taken after the quiesce drained
                 return
+            if self._released:
+                fetches = [self._without_released(fetch) for fetch in fetches]
             with collection_deferred(self.settings.gc_batch_threshold):
                 await self._process(fetches)
+
+    def _without_released(self, fetch: Fetch) -> Fetch:
+        """A fetch without the records of partitions handed over: their next owner reads them
+        from the offset committed at the handover."""
+        return {tp: records for tp, records in fetch.items() if tp.partition not in self._released}
 
     async def advance(self, stream_time: int) -> None:
         """Stream time moves to `stream_time` (ms) without a record on every ready partition that
@@ -239,7 +251,8 @@ class JoinTask:
             state = self.state
             if state is None:
                 return
-            operators = {p: state.active(p).operator for p in state.actives() if p in state.ready}
+            running = [p for p in state.actives() if p in state.ready and p not in self._released]
+            operators = {p: state.active(p).operator for p in running}
             # A partition that has seen no record holds nothing that could fall due.
             matches = {
                 p: op.advance(stream_time) for p, op in operators.items() if op.stream_time is not None
@@ -260,7 +273,7 @@ class JoinTask:
             now = self._idle_checked = self.clock()
             matches: dict[int, list[Match]] = {}
             for partition in state.actives():
-                if partition not in state.ready:
+                if partition not in state.ready or partition in self._released:
                     continue
                 operator = state.active(partition).operator
                 heard_at, base = self._heard.setdefault(partition, (now, operator.stream_time))
@@ -468,24 +481,46 @@ class JoinTask:
     async def assign(
         self, active: set[int], standby: set[int], epoch: int, warmup: set[int] | None = None
     ) -> None:
-        """Open, close and start restoring this join's partitions for a new assignment."""
+        """Open, close and start restoring this join's partitions for a new assignment. Never
+        under a batch: a cooperative round does not stop the task's loop, so the batch in
+        flight finishes first, or is cancelled after the quiesce timeout as at a revoke (the
+        restore is stopped before: it may stop the worker, which quiesces the task)."""
         if self._restore is not None:
             await self._restore.cancel()
+        if not await self._finish_batch_in_flight():
+            self._revoking = True  # every partition's state was discarded: all is read again
+            await self._forget_everything()
+        try:
+            await self._assign(active, standby, epoch, warmup or set())
+        finally:
+            self._working.release()
+
+    async def _assign(self, active: set[int], standby: set[int], epoch: int, warmup: set[int]) -> None:
         if self.state is None:
             self.state = self.worker.open_state(self.spec)
-        moves = await self.state.assign(active, standby, warmup or ())
+        # No full quiesce since the last assignment (a cooperative round): what is held and
+        # queued of the partitions kept still stands.
+        intact = not self._revoking
+        moves = await self.state.assign(active, standby, warmup)
         self._heard = {}  # the idle clocks start again (a partition's first look sets them)
-        self.intake.keep_only(active)  # (the quiesce before emptied the rest: read again below)
+        self.intake.keep_only(active)  # (a revoke before dropped what it held of the rest)
+        self._released = set()
         self.held_back = {TP(t, p) for p in moves.to_restore for t in self.spec.input_topics}
-        # Where each active input must be read from: what this worker had not finished, or what
-        # it dropped during the rebalance (Faust seeks the rest to their committed offsets).
+        # A kept partition goes on as it is after a round with no full quiesce: what it holds
+        # stands, and its position is where its last fetch left it. (What was dropped of it
+        # meanwhile, while it restored, was set back at once: `dropped`.)
+        going_on = {p for p in moves.kept if p in self.state.ready} if intact else set()
+        # Where each other active input must be read from: what this worker had not finished, or
+        # what it dropped during the rebalance (Faust seeks the rest to their committed offsets).
         commit_at = self.intake.commit_at
         restart = {tp: commit_at.get(tp, first) for tp, first in self._dropped_from.items()}
         restart |= {tp: offset for tp, offset in commit_at.items() if tp not in restart}
         self._dropped_from = {}
-        await self._rewind({tp: o for tp, o in restart.items() if tp.partition in active})
+        await self._rewind(
+            {tp: o for tp, o in restart.items() if tp.partition in active and tp.partition not in going_on}
+        )
         for partition in moves.kept:  # read again from the first record held: some after it are done
-            if partition in self.state.ready:
+            if partition in self.state.ready and partition not in going_on:
                 self.intake.resume_from(partition, self.state.positions(partition))
         self.rebalances += 1
         self.collector.writer = f"{PROCESS}.{self.rebalances}"  # audit records: a new writer
@@ -514,12 +549,36 @@ class JoinTask:
         if self.state is not None:  # read from the group's committed offset: what the state holds is done
             self.intake.resume_from(partition, self.state.positions(partition))
 
-    async def quiesce(self) -> None:
+    async def quiesce(self, partitions: set[int] | None = None) -> None:
         """Before a revocation or a stop: finish the batch in flight, then drop what is
-        held or queued (read again afterwards, from the offsets Faust now commits)."""
-        self._revoking = True
+        held or queued (read again afterwards, from the offsets Faust now commits).
+        `partitions`: a cooperative revoke's, handed over to another worker: only what is held
+        of them is dropped, and the other partitions go on as they are."""
+        if partitions is None:
+            self._revoking = True
+        else:
+            self._released |= partitions  # from now on: not taken, not joined
+        if not await self._finish_batch_in_flight():
+            self._revoking, partitions = True, None  # every partition's state was discarded
+        try:
+            if partitions is None:
+                await self._forget_everything()
+            else:
+                held = self.intake.hand_over(partitions)
+                if held:
+                    log.info(
+                        "tandem: join %r: %s held records left to be read again (by the next owner of %s)",
+                        self.spec.name, held, sorted(partitions),
+                    )  # fmt: skip
+        finally:
+            self._working.release()
+
+    async def _finish_batch_in_flight(self) -> bool:
+        """Take the task's lock once the batch in flight is done; one still running after the
+        worker's quiesce timeout is cancelled, and the state it applied discarded (False)."""
         try:
             await asyncio.wait_for(self._working.acquire(), self.worker.quiesce_timeout_s)
+            return True
         except TimeoutError:
             log.error("tandem: join %r: batch still in flight; cancelled (read again)", self.spec.name)
             await _cancel(self._loop_task)
@@ -527,29 +586,30 @@ class JoinTask:
             for partition in self.state.actives() if self.state else []:
                 self.state.discard(partition)  # type: ignore[union-attr]
             await self._working.acquire()
-        try:
-            commit_at = self.intake.commit_at
-            restart = dict(commit_at)
-            queued = list(self._leftover)  # cut from fetches taken before those still queued
-            self._leftover.clear()
-            while not self._queue.empty():
-                queued.append(self._dequeued(self._queue.get_nowait()))
-            queued.append(self.intake.deferred)
-            for fetch in queued:
-                for tp, records in fetch.items():
-                    if records:
-                        restart.setdefault(tp, records[0].offset)
-            for tp, offset in restart.items():
-                if tp not in commit_at:
-                    # Nothing of it done yet: a fetch dropped after this (taken across the
-                    # rebalance) starts later, and must not move the restart past this one.
-                    self._dropped_from[tp] = min(self._dropped_from.get(tp, offset), offset)
-            held = self.intake.forget()
-            if held:
-                log.info("tandem: join %r: %s held records left to be read again", self.spec.name, held)
-            await self._rewind(restart)
-        finally:
-            self._working.release()
+            return False
+
+    async def _forget_everything(self) -> None:
+        """Drop what is held and queued, and set every input back to its first record not done."""
+        commit_at = self.intake.commit_at
+        restart = dict(commit_at)
+        queued = list(self._leftover)  # cut from fetches taken before those still queued
+        self._leftover.clear()
+        while not self._queue.empty():
+            queued.append(self._dequeued(self._queue.get_nowait()))
+        queued.append(self.intake.deferred)
+        for fetch in queued:
+            for tp, records in fetch.items():
+                if records:
+                    restart.setdefault(tp, records[0].offset)
+        for tp, offset in restart.items():
+            if tp not in commit_at:
+                # Nothing of it done yet: a fetch dropped after this (taken across the
+                # rebalance) starts later, and must not move the restart past this one.
+                self._dropped_from[tp] = min(self._dropped_from.get(tp, offset), offset)
+        held = self.intake.forget()
+        if held:
+            log.info("tandem: join %r: %s held records left to be read again", self.spec.name, held)
+        await self._rewind(restart)
 
     async def dropped(self, records: dict[TP, list[InputRecord]]) -> None:
         """Fetched records that will not be joined now: their partitions are set back to the

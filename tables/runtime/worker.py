@@ -242,9 +242,22 @@ class Runtime:
     async def crash(self, exc: Exception) -> None:
         await self.app.crash(exc)
 
-    async def quiesce(self) -> None:
-        readers: list[JoinTask | Rekeyer] = [*self.tasks.values(), *self.rekeyers]
-        await asyncio.gather(*(reader.quiesce() for reader in readers))
+    async def quiesce(self, partitions: set[TP] | None = None) -> None:
+        """Every join and rekeyer finishes what it has in flight, and the joins drop what they
+        hold. `partitions`: a cooperative revoke's: only the joins and rekeyers reading one of
+        them wait, and the joins drop only what they hold of those."""
+        waits: list[Awaitable[None]] = []
+        for task in self.tasks.values():
+            if partitions is None:
+                waits.append(task.quiesce())
+                continue
+            mine = {tp.partition for tp in partitions if tp.topic in task.spec.input_topics}
+            if mine:
+                waits.append(task.quiesce(mine))
+        for rekeyer in self.rekeyers:
+            if partitions is None or any(tp.topic == rekeyer.source for tp in partitions):
+                waits.append(rekeyer.quiesce())
+        await asyncio.gather(*waits)
 
     # -- start-up and rebalances ---------------------------------------------------------------
 
