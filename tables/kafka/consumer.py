@@ -254,17 +254,11 @@ class JoinConsumer(TandemConsumer):
                     taken[tp] = records.pop(tp)  # type: ignore[attr-defined]
             if not taken:
                 pass
-            elif self.flow_active and (generation == self.app.consumer_generation_id or self._kept_through()):
+            elif self.flow_active and generation == self.app.consumer_generation_id:
                 await taker.take(taken)
             else:  # fetched across a rebalance: not taken, and read again (Faust seeks only
                 await taker.dropped(taken)  # partitions with a commit above 0)
         return records, active
-
-    def _kept_through(self) -> bool:
-        """Whether the round that just ended was cooperative: the partitions this worker kept
-        were not set back (their fetch positions stood), so a fetch that spanned the round is
-        theirs to take; a partition revoked or newly assigned in it is dropped by the join."""
-        return bool(getattr(self.app.assignor, "cooperative_round", False))
 
     async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
         # Faust's own set of active partitions is mutated in place by its pause/resume:

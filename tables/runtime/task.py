@@ -613,14 +613,25 @@ class JoinTask:
 
     async def dropped(self, records: dict[TP, list[InputRecord]]) -> None:
         """Fetched records that will not be joined now: their partitions are set back to the
-        first record not done, or to the first dropped, so that they are read again."""
-        restart = {}
+        first record not done, or to the first dropped, so that they are read again. A ready
+        partition whose intake stands (a fetch that spanned a cooperative round) is only read
+        again from the first dropped: what it holds stays, and what comes again below what
+        it has taken is skipped (`Intake.take`)."""
+        restart: dict[TP, int] = {}
+        again: dict[TP, int] = {}
+        standing = set() if self.state is None or self._revoking else self.state.ready - self._released
         for tp, found in records.items():
-            if found:
-                first = min(self._dropped_from.get(tp, found[0].offset), found[0].offset)
-                self._dropped_from[tp] = first
-                restart[tp] = self.intake.commit_at.get(tp, first)
+            if not found:
+                continue
+            if tp.partition in standing:
+                again[tp] = found[0].offset
+                continue
+            first = min(self._dropped_from.get(tp, found[0].offset), found[0].offset)
+            self._dropped_from[tp] = first
+            restart[tp] = self.intake.commit_at.get(tp, first)
         await self._rewind(restart)
+        if again:
+            await self.worker.rewind(again)
 
     async def _rewind(self, restart: dict[TP, int]) -> None:
         """Set each input partition's position back to its first record not done. Faust only
