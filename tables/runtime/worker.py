@@ -357,8 +357,14 @@ class Runtime:
         standby_tps = set(assignor.assigned_standbys())  # warm-ups included (Kafka-wise standbys)
         warmups = assignor.warmups() if hasattr(assignor, "warmups") else {}
         epoch = int(getattr(assignor, "epoch", 0) or 0)
+        shared = shared_topics(self.app)
         for task in self.tasks.values():
             spec = task.spec
+            if shared & set(spec.input_topics):
+                # A Faust stream reads one of its inputs: the stream skips what it had in
+                # flight of every partition at a new generation, kept ones included, and reads
+                # it again from the committed offset; so does the join (not only the moved).
+                await task.quiesce()
             topics = {*spec.input_topics, spec.changelog_topic}
             active = {tp.partition for tp in assigned if tp.topic == spec.left.name}
             standby = {tp.partition for tp in standby_tps if tp.topic in topics}
